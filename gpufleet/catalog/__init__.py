@@ -1,0 +1,296 @@
+"""The hardware catalog: GPUs (with MIG geometry), Azure GPU VM sizes, Azure regions.
+
+Facts are data in the YAML files beside this module, each entry with its source in a comment; this module only
+types and indexes them. Adding a GPU model or a VM size is a catalog entry, not a code change.
+
+MIG profiles share their placement rules per *geometry* (``mig_geometries`` in gpus.yaml): a profile names its
+kind (``1g``, ``1g+me``, ``1g-2m``, ``2g``...), and the loader expands compute slices, memory slices, max count
+and allowed start positions from the geometry, so every model carries the full per-profile data.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from fractions import Fraction
+from functools import cached_property, lru_cache
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gpufleet.diagnostics import did_you_mean
+
+Vendor = Literal["nvidia", "amd"]
+_PCI_RE = re.compile(r"^(?:0x)?([0-9a-f]{4}):(?:0x)?([0-9a-f]{4})$")
+_MIG_FILTER_RE = re.compile(r"^0x([0-9a-f]{4})([0-9a-f]{4})$")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Architecture(_Frozen):
+    name: str
+    vendor: Vendor
+    rank: int = Field(description="age order within the vendor, 0 = oldest")
+    open_kernel_modules: bool = Field(description="NVIDIA's open GPU kernel modules support it")
+
+
+class NvSwitch(_Frozen):
+    name: str
+    pci_ids: tuple[str, ...]
+
+
+class MigProfile(_Frozen):
+    """One GPU instance profile of one GPU model (names collide across models: always key by model)."""
+
+    name: str
+    kind: str = Field(description="geometry kind: 1g, 1g+me, 1g-2m, 2g, 2g+me, 3g, 4g, 7g")
+    compute_slices: int
+    memory_slices: int
+    max_count: int
+    starts: tuple[int, ...] = Field(description="allowed start positions on the memory-slice axis")
+    usable_gib: float | None = Field(default=None, description="memory nvidia-smi reports for the instance")
+    sms: int | None = None
+    media_extensions: bool = False
+
+    @property
+    def placement(self) -> str:
+        """NVIDIA's notation, e.g. ``{0,2,4}:2``."""
+        return "{" + ",".join(str(s) for s in self.starts) + "}:" + str(self.memory_slices)
+
+
+class MigGeometry(_Frozen):
+    compute_slices: int
+    memory_slices: int
+    profiles: tuple[MigProfile, ...]
+
+    @cached_property
+    def by_name(self) -> dict[str, MigProfile]:
+        return {p.name: p for p in self.profiles}
+
+    def profile(self, name: str) -> MigProfile | None:
+        return self.by_name.get(name)
+
+    def base_profile(self, compute_slices: int) -> MigProfile | None:
+        """The plain profile with this many compute slices (no media extensions, fewest memory slices)."""
+        candidates = [p for p in self.profiles if p.compute_slices == compute_slices and not p.media_extensions]
+        return min(candidates, key=lambda p: p.memory_slices, default=None)
+
+
+class Gpu(_Frozen):
+    name: str
+    vendor: Vendor
+    architecture: str
+    memory_gib: float
+    pci_ids: tuple[str, ...]
+    aliases: tuple[str, ...] = ()
+    form_factor: str | None = None
+    nvswitch_platforms: tuple[str, ...] = ()
+    mig: MigGeometry | None = None
+
+    @field_validator("pci_ids")
+    @classmethod
+    def _pci_ids_lowercase(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for pid in v:
+            if not re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{4}", pid):
+                raise ValueError(f"PCI id {pid!r} must be 'vvvv:dddd' in lowercase hex")
+        return v
+
+    @property
+    def mig_capable(self) -> bool:
+        return self.mig is not None
+
+    @property
+    def mig_device_filters(self) -> tuple[str, ...]:
+        """PCI ids in mig-parted's ``device-filter`` form: ``10de:2330`` -> ``0x233010DE``."""
+        return tuple(f"0x{pid[5:].upper()}{pid[:4].upper()}" for pid in self.pci_ids)
+
+
+class VmSize(_Frozen):
+    name: str
+    series: str
+    gpu: str
+    gpu_count: Fraction = Field(description="GPUs per VM; fractional for partitioned GPUs (NVads A10 v5, NVv4)")
+    vcpus: int
+    memory_gib: float
+    infiniband: bool
+    aks_supported: bool
+    aks_mig: bool
+    azure_linux: bool
+    retired_on: _dt.date | None = None
+    replacements: tuple[str, ...] = ()
+    source: str
+
+    @field_validator("gpu_count", mode="before")
+    @classmethod
+    def _fraction(cls, v: Any) -> Fraction:
+        return Fraction(str(v))
+
+    def retired(self, today: _dt.date) -> bool:
+        return self.retired_on is not None and self.retired_on <= today
+
+    @property
+    def whole_gpus(self) -> int:
+        """Whole physical GPUs the VM sees (0 for a fraction of one)."""
+        return int(self.gpu_count) if self.gpu_count.denominator == 1 else 0
+
+
+class Region(_Frozen):
+    name: str
+    display_name: str
+
+
+class UnknownGpu(LookupError):
+    """An identifier that names no catalog GPU; the message lists what would be valid."""
+
+
+class Catalog(_Frozen):
+    architectures: tuple[Architecture, ...]
+    nvswitches: tuple[NvSwitch, ...]
+    gpus: tuple[Gpu, ...]
+    vm_sizes: tuple[VmSize, ...]
+    regions: tuple[Region, ...]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Catalog:
+        arch_names = {a.name for a in self.architectures}
+        seen: dict[str, str] = {}
+        for gpu in self.gpus:
+            if gpu.architecture not in arch_names:
+                raise ValueError(f"{gpu.name}: unknown architecture {gpu.architecture!r}")
+            for ident in (gpu.name, *gpu.aliases, *gpu.pci_ids):
+                key = ident.lower()
+                if key in seen and seen[key] != gpu.name:
+                    raise ValueError(f"identifier {ident!r} names both {seen[key]} and {gpu.name}")
+                seen[key] = gpu.name
+        gpu_names = {g.name for g in self.gpus}
+        size_names = {s.name for s in self.vm_sizes}
+        for size in self.vm_sizes:
+            if size.gpu not in gpu_names:
+                raise ValueError(f"{size.name}: unknown GPU {size.gpu!r}")
+            for r in size.replacements:
+                if r not in size_names:
+                    raise ValueError(f"{size.name}: replacement {r!r} is not a catalog size")
+        return self
+
+    # -- indexes -------------------------------------------------------------------------------------------
+    @cached_property
+    def _gpu_index(self) -> dict[str, Gpu]:
+        index: dict[str, Gpu] = {}
+        for gpu in self.gpus:
+            for ident in (gpu.name, *gpu.aliases, *gpu.pci_ids):
+                index[ident.lower()] = gpu
+        return index
+
+    @cached_property
+    def _size_index(self) -> dict[str, VmSize]:
+        return {s.name.lower(): s for s in self.vm_sizes}
+
+    @cached_property
+    def _arch_index(self) -> dict[str, Architecture]:
+        return {a.name: a for a in self.architectures}
+
+    @cached_property
+    def region_names(self) -> frozenset[str]:
+        return frozenset(r.name for r in self.regions)
+
+    # -- lookups -------------------------------------------------------------------------------------------
+    def find_gpu(self, identifier: str) -> Gpu | None:
+        """Resolve a canonical name, an ``nvidia-smi`` product name, or a PCI id (``10de:2330`` or
+        mig-parted's ``0x233010DE``); case-insensitive. None when nothing matches."""
+        key = identifier.strip().lower()
+        if m := _PCI_RE.match(key):
+            key = f"{m.group(1)}:{m.group(2)}"
+        elif m := _MIG_FILTER_RE.match(key):
+            key = f"{m.group(2)}:{m.group(1)}"
+        return self._gpu_index.get(key)
+
+    def gpu(self, identifier: str) -> Gpu:
+        """Like :meth:`find_gpu` but raises :class:`UnknownGpu` naming the valid choices."""
+        found = self.find_gpu(identifier)
+        if found is None:
+            names = [g.name for g in self.gpus]
+            raise UnknownGpu(f"unknown GPU {identifier!r}; {did_you_mean(identifier, names, limit=30)}")
+        return found
+
+    def vm_size(self, name: str) -> VmSize | None:
+        return self._size_index.get(name.lower())
+
+    def architecture(self, gpu: Gpu) -> Architecture:
+        return self._arch_index[gpu.architecture]
+
+    def no_mig_reason(self, gpu: Gpu) -> str:
+        """Why ``gpu`` cannot be partitioned, naming the models that can."""
+        capable = ", ".join(g.name for g in self.gpus if g.mig_capable)
+        return f"{gpu.name} ({gpu.architecture}) has no MIG; MIG-capable GPUs: {capable}"
+
+    def mig_profile_owners(self, profile: str) -> list[str]:
+        """The models that have a MIG profile of this name (names collide across models)."""
+        return [g.name for g in self.gpus if g.mig is not None and g.mig.profile(profile) is not None]
+
+
+# -- loading -------------------------------------------------------------------------------------------------
+
+
+def _read_yaml(name: str) -> Any:
+    from ruamel.yaml import YAML
+
+    text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    return YAML(typ="safe").load(text)
+
+
+def _expand_gpus(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    geometries = raw["mig_geometries"]
+    gpus = []
+    for entry in raw["gpus"]:
+        entry = dict(entry)
+        mig = entry.get("mig")
+        if mig is not None:
+            geometry = geometries[mig["geometry"]]
+            profiles = []
+            for name, spec in mig["profiles"].items():
+                kind = geometry["kinds"][spec["kind"]]
+                profiles.append(
+                    {
+                        "name": name,
+                        "kind": spec["kind"],
+                        "compute_slices": kind["compute"],
+                        "memory_slices": kind["memory"],
+                        "max_count": kind["max"],
+                        "starts": kind["starts"],
+                        "media_extensions": kind.get("media_extensions", False),
+                        "usable_gib": spec.get("usable_gib"),
+                        "sms": spec.get("sms"),
+                    }
+                )
+            entry["mig"] = {
+                "compute_slices": geometry["compute_slices"],
+                "memory_slices": geometry["memory_slices"],
+                "profiles": profiles,
+            }
+        gpus.append(entry)
+    return gpus
+
+
+def _expand_sizes(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    sizes = []
+    for series in raw["series"]:
+        shared = {k: v for k, v in series.items() if k not in ("sizes", "name")}
+        for size in series["sizes"]:
+            sizes.append({**shared, "series": series["name"], **size})
+    return sizes
+
+
+@lru_cache(maxsize=1)
+def load_catalog() -> Catalog:
+    """The packaged catalog, parsed once per process."""
+    gpus_raw = _read_yaml("gpus.yaml")
+    return Catalog(
+        architectures=tuple(gpus_raw["architectures"]),
+        nvswitches=tuple(gpus_raw["nvswitches"]),
+        gpus=tuple(_expand_gpus(gpus_raw)),
+        vm_sizes=tuple(_expand_sizes(_read_yaml("azure_vm_sizes.yaml"))),
+        regions=tuple(_read_yaml("azure_regions.yaml")["regions"]),
+    )
