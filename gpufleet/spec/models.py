@@ -1,0 +1,537 @@
+"""The typed shape of a stack (``Pulumi.<stage>-<region>.yaml``, keys under the ``gpufleet:`` namespace).
+
+These models check structure only: key names, types, enums, ranges and rules internal to one object. Rules that
+need the hardware catalog or several sections (VM size retired, MIG profile of that GPU, pool names unique...)
+live in :mod:`gpufleet.spec.rules`, so both kinds of error are reported together.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+# -- building blocks -----------------------------------------------------------------------------------------
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors (the loader turns them into 'did you mean' messages)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _fail(message: str) -> PydanticCustomError:
+    return PydanticCustomError("gpufleet", message)
+
+
+def _quoted_version(pattern: str, example: str) -> Any:
+    """A version string. YAML reads ``1.30`` as the number 1.3: refuse numbers with a message that says why."""
+    regex = re.compile(pattern)
+
+    def check(v: Any) -> str:
+        if isinstance(v, bool) or not isinstance(v, str | int | float):
+            raise _fail(f"expected a version string like {example!r}")
+        if isinstance(v, float):
+            raise _fail(f"write the version as a quoted string, e.g. {example!r}: YAML reads {v!r} as a number")
+        v = str(v)
+        if not regex.fullmatch(v):
+            raise _fail(f"{v!r} is not a version like {example!r}")
+        return v
+
+    return PlainValidator(check, json_schema_input_type=str)
+
+
+KubernetesVersion = Annotated[str, _quoted_version(r"1\.\d{1,2}(\.\d{1,3})?", "1.33")]
+SemVer = Annotated[str, _quoted_version(r"v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?", "v26.7.0")]
+DriverBranch = Annotated[str, _quoted_version(r"\d{3}", "580")]
+
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_PREFIX = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*"
+LABEL_KEY_RE = re.compile(rf"({_LABEL_PREFIX}/)?{_LABEL_NAME}")
+LABEL_VALUE_RE = re.compile(rf"({_LABEL_NAME})?")
+
+
+def _label_value(v: str) -> str:
+    if not isinstance(v, str):
+        raise _fail("expected a string")
+    if len(v) > 63 or not LABEL_VALUE_RE.fullmatch(v):
+        raise _fail(
+            f"{v!r} is not a Kubernetes label value (at most 63 characters: letters, digits, '-', '_', '.',"
+            " beginning and ending with a letter or digit)"
+        )
+    return v
+
+
+LabelValue = Annotated[str, PlainValidator(_label_value, json_schema_input_type=str)]
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+_TAINT_RE = re.compile(rf"(?P<key>({_LABEL_PREFIX}/)?{_LABEL_NAME})(=(?P<value>{_LABEL_NAME})?)?:(?P<effect>\w+)")
+
+
+def _taint(v: Any) -> str:
+    if not isinstance(v, str):
+        raise _fail("expected a taint string 'key=value:Effect'")
+    m = _TAINT_RE.fullmatch(v)
+    if not m:
+        raise _fail(f"{v!r} is not a taint 'key=value:Effect' (e.g. 'sku=gpu:NoSchedule')")
+    if m["effect"] not in TAINT_EFFECTS:
+        raise _fail(f"taint effect {m['effect']!r} is not one of {', '.join(TAINT_EFFECTS)}")
+    return v
+
+
+Taint = Annotated[str, PlainValidator(_taint, json_schema_input_type=str)]
+
+
+def _zone(v: Any) -> str:
+    if isinstance(v, bool) or str(v) not in ("1", "2", "3"):
+        raise _fail(f"{v!r} is not an Azure availability zone; valid: '1', '2', '3'")
+    return str(v)
+
+
+Zone = Annotated[str, PlainValidator(_zone, json_schema_input_type=str)]
+
+
+def _percent_or_count(v: Any) -> str:
+    text = str(v)
+    if isinstance(v, bool) or not re.fullmatch(r"([1-9]\d*|0)%?", text):
+        raise _fail(f"{v!r} is not a node count (e.g. 1) or a percentage (e.g. '33%')")
+    if text.endswith("%") and int(text[:-1]) > 100:
+        raise _fail(f"{v!r} is above 100%")
+    return text
+
+
+PercentOrCount = Annotated[str, PlainValidator(_percent_or_count, json_schema_input_type=str | int)]
+
+
+def _cidr(v: Any) -> str:
+    try:
+        return str(ipaddress.ip_network(str(v), strict=True))
+    except ValueError as exc:
+        raise _fail(f"{v!r} is not a CIDR block: {exc}") from None
+
+
+Cidr = Annotated[str, PlainValidator(_cidr, json_schema_input_type=str)]
+IpAddress = Annotated[
+    ipaddress.IPv4Address,
+    BeforeValidator(lambda v: str(v) if not isinstance(v, ipaddress.IPv4Address) else v),
+    PlainSerializer(str, return_type=str),
+]
+
+
+def matching(pattern: str, what: str) -> Any:
+    """A string matching ``pattern``; the error says ``what`` it must be, not the regex."""
+    regex = re.compile(pattern)
+
+    def check(v: Any) -> str:
+        if not isinstance(v, str):
+            raise _fail(f"expected a string: {what}")
+        if not regex.fullmatch(v):
+            raise _fail(f"{v!r} is not valid: {what}")
+        return v
+
+    return PlainValidator(check, json_schema_input_type=str)
+
+
+Identifier = Annotated[
+    str, matching(r"[a-z][a-z0-9_]{0,62}", "lowercase letters, digits and '_', starting with a letter")
+]
+
+
+# -- release -------------------------------------------------------------------------------------------------
+
+
+class Release(StrictModel):
+    """Pinned versions: the block promotion copies from stack to stack, and only it."""
+
+    kubernetes: KubernetesVersion
+    gpu_operator: SemVer = Field(description="NVIDIA GPU Operator Helm chart version")
+    device_plugin: SemVer = Field(description="NVIDIA device plugin Helm chart version")
+    driver_branch: DriverBranch = Field(description="NVIDIA driver branch, e.g. '580'")
+    mig_parted: SemVer
+    container_toolkit: SemVer
+
+
+# -- tuning --------------------------------------------------------------------------------------------------
+
+
+class TuningProfile(StrictModel):
+    """How a bare-metal host is tuned; the topology planner turns it into a per-host plan."""
+
+    cores_per_gpu: int = Field(8, ge=1, le=128, description="physical cores pinned to each GPU (seed: 4-8)")
+    reserved_cores_per_node: int = Field(1, ge=0, le=64, description="physical cores kept for the system")
+    hugepages_1g_per_gpu: int = Field(0, ge=0, le=4096)
+    hugepages_1g_per_node: int = Field(0, ge=0, le=4096)
+    hugepages_2m_per_node: int = Field(0, ge=0, le=1_048_576)
+    vfs_per_nic: int = Field(0, ge=0, le=256, description="SR-IOV virtual functions per capable device")
+    isolation: bool = Field(False, description="isolcpus/nohz_full/rcu_nocbs for the GPU cores")
+
+    @model_validator(mode="after")
+    def _one_hugepage_basis(self) -> TuningProfile:
+        if self.hugepages_1g_per_gpu and self.hugepages_1g_per_node:
+            raise _fail("set hugepages_1g_per_gpu or hugepages_1g_per_node, not both")
+        return self
+
+
+DEFAULT_TUNING_PROFILE = "default"
+
+
+class PoolTuning(StrictModel):
+    """Node tuning AKS can apply: kubelet CPU/topology managers, hugepages (2 MiB, via sysctl), THP."""
+
+    cpu_manager_policy: Literal["none", "static"] = "none"
+    topology_manager_policy: Literal["none", "best-effort", "restricted", "single-numa-node"] = "none"
+    hugepages_2m: int = Field(0, ge=0, description="vm.nr_hugepages per node (2 MiB pages)")
+    transparent_hugepages: Literal["always", "madvise", "never"] | None = None
+
+    @model_validator(mode="after")
+    def _topology_needs_static(self) -> PoolTuning:
+        if self.topology_manager_policy in ("restricted", "single-numa-node") and (self.cpu_manager_policy != "static"):
+            raise _fail(
+                f"topology_manager_policy {self.topology_manager_policy!r} aligns CPUs only with"
+                " cpu_manager_policy 'static'"
+            )
+        return self
+
+
+# -- MIG -----------------------------------------------------------------------------------------------------
+
+
+AKS_MIG_PROFILES = ("MIG1g", "MIG2g", "MIG3g", "MIG4g", "MIG7g")
+
+
+def _gpus_selector(v: Any) -> str | tuple[int, ...]:
+    if v == "all":
+        return "all"
+    if isinstance(v, list | tuple) and v and all(isinstance(i, int) and not isinstance(i, bool) for i in v):
+        if any(i < 0 for i in v):
+            raise _fail("GPU indices start at 0")
+        if len(set(v)) != len(v):
+            raise _fail("a GPU index is listed twice")
+        return tuple(v)
+    raise _fail("expected 'all' or a non-empty list of GPU indices, e.g. [0, 1]")
+
+
+GpuSelector = Annotated[str | tuple[int, ...], PlainValidator(_gpus_selector, json_schema_input_type=Any)]
+
+
+class MigDeviceGroup(StrictModel):
+    """mig-parted style: which GPUs of a host, and the instances on each of them."""
+
+    gpus: GpuSelector = "all"
+    profiles: dict[str, Annotated[int, Field(ge=1)]] = Field(min_length=1)
+
+
+class MigLayout(StrictModel):
+    """A named mig-parted layout (the value of the ``nvidia.com/mig.config`` label)."""
+
+    config_name: LabelValue
+    devices: list[MigDeviceGroup] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _groups_disjoint(self) -> MigLayout:
+        if len(self.devices) > 1 and any(g.gpus == "all" for g in self.devices):
+            raise _fail("a device group with gpus: all must be the only group")
+        seen: set[int] = set()
+        for group in self.devices:
+            if group.gpus == "all":
+                continue
+            if overlap := seen & set(group.gpus):
+                raise _fail(f"GPU {sorted(overlap)[0]} is in two device groups")
+            seen |= set(group.gpus)
+        return self
+
+
+class AksManagedMig(StrictModel):
+    """AKS partitions every GPU of the pool with one profile (``gpuInstanceProfile``)."""
+
+    managed_by: Literal["aks"]
+    profile: Literal["MIG1g", "MIG2g", "MIG3g", "MIG4g", "MIG7g"]
+
+
+class OperatorManagedMig(MigLayout):
+    """The GPU Operator's MIG manager applies a mig-parted layout, chosen by node label."""
+
+    managed_by: Literal["operator"]
+
+
+PoolMig = Annotated[AksManagedMig | OperatorManagedMig, Field(discriminator="managed_by")]
+
+
+# -- AKS -----------------------------------------------------------------------------------------------------
+
+
+class Autoscaling(StrictModel):
+    min: int = Field(ge=0, le=1000)
+    max: int = Field(ge=1, le=1000)
+
+
+class Spot(StrictModel):
+    max_price: float = Field(-1, description="USD per hour; -1 pays up to the on-demand price")
+    eviction_policy: Literal["Delete", "Deallocate"] = "Delete"
+
+    @field_validator("max_price")
+    @classmethod
+    def _price(cls, v: float) -> float:
+        if v != -1 and (v <= 0 or round(v, 5) != v):
+            raise _fail("max_price is -1 (up to on-demand) or a positive price with at most 5 decimals")
+        return v
+
+
+class Upgrade(StrictModel):
+    """Rolling upgrade of a pool: exactly one of max_surge / max_unavailable."""
+
+    max_surge: PercentOrCount | None = None
+    max_unavailable: PercentOrCount | None = None
+    drain_timeout_minutes: int | None = Field(None, ge=5, le=1440)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Upgrade:
+        if (self.max_surge is None) == (self.max_unavailable is None):
+            raise _fail("set exactly one of max_surge or max_unavailable")
+        return self
+
+
+class Sharing(StrictModel):
+    """How pods share a GPU: not at all, time-slicing, or MPS (device plugin ``sharing`` config)."""
+
+    mode: Literal["none", "time-slicing", "mps"] = "none"
+    replicas: int | None = Field(None, ge=2, le=64)
+
+    @model_validator(mode="after")
+    def _replicas(self) -> Sharing:
+        if self.mode == "none" and self.replicas is not None:
+            raise _fail("replicas applies only to mode 'time-slicing' or 'mps'")
+        if self.mode != "none" and self.replicas is None:
+            raise _fail(f"mode {self.mode!r} needs replicas (2-64): how many pods share one GPU")
+        return self
+
+
+DEFAULT_GPU_TAINTS = ("sku=gpu:NoSchedule",)
+
+
+class GpuPool(StrictModel):
+    name: str
+    vm_size: str
+    count: int = Field(ge=0, le=1000, description="nodes now; AKS requires it even with autoscaling")
+    autoscaling: Autoscaling | None = None
+    scale_to_zero: bool = Field(False, description="allow autoscaling.min = 0")
+    zones: list[Zone] = Field(default_factory=list)
+    taints: list[Taint] = Field(default_factory=lambda: list(DEFAULT_GPU_TAINTS))
+    labels: dict[str, str] = Field(default_factory=dict)
+    spot: Spot | None = None
+    os_sku: Literal["Ubuntu", "Ubuntu2204", "Ubuntu2404", "AzureLinux", "AzureLinux3"] = "Ubuntu"
+    driver: Literal["aks", "operator"] = Field("aks", description="who installs the NVIDIA driver")
+    mig: PoolMig | None = None
+    sharing: Sharing = Field(default_factory=Sharing)
+    tuning: PoolTuning = Field(default_factory=PoolTuning)
+    upgrade: Upgrade | None = Field(None, description="default: max_surge '33%', or max_unavailable 1 on spot")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if len(key) > 316 or not LABEL_KEY_RE.fullmatch(key):
+                raise _fail(f"{key!r} is not a Kubernetes label key")
+            _label_value(value)
+        return v
+
+    @property
+    def aks_gpu_driver(self) -> Literal["Install", "None"]:
+        """AKS ``gpuProfile.driver``: AKS installs the driver unless the GPU Operator owns it."""
+        return "None" if self.driver == "operator" else "Install"
+
+    @property
+    def effective_upgrade(self) -> Upgrade:
+        if self.upgrade is not None:
+            return self.upgrade
+        # AKS gives spot pools no surge nodes; 33% is AKS's recommendation for production pools.
+        return Upgrade(max_unavailable="1") if self.spot else Upgrade(max_surge="33%")
+
+
+class SystemPool(StrictModel):
+    name: str = "system"
+    vm_size: str = "Standard_D4ds_v5"
+    count: int = Field(3, ge=1, le=1000)
+    zones: list[Zone] = Field(default_factory=lambda: ["1", "2", "3"])
+    os_sku: Literal["Ubuntu", "Ubuntu2204", "Ubuntu2404", "AzureLinux", "AzureLinux3"] = "Ubuntu"
+
+
+class Network(StrictModel):
+    """Either a new VNet + subnet (vnet_cidr, subnet_cidr) or an existing subnet (existing_subnet_id)."""
+
+    vnet_cidr: Cidr | None = None
+    subnet_cidr: Cidr | None = None
+    existing_subnet_id: (
+        Annotated[
+            str,
+            matching(
+                r"/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Network/virtualNetworks/[^/]+"
+                r"/subnets/[^/]+",
+                "a subnet resource id /subscriptions/<id>/resourceGroups/<rg>/providers/Microsoft.Network/"
+                "virtualNetworks/<vnet>/subnets/<subnet>",
+            ),
+        ]
+        | None
+    ) = None
+    plugin_mode: Literal["overlay"] | None = "overlay"
+    pod_cidr: Cidr = "192.168.0.0/16"
+    service_cidr: Cidr = "172.16.0.0/16"
+    dns_service_ip: IpAddress = ipaddress.IPv4Address("172.16.0.10")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Network:
+        new = self.vnet_cidr is not None or self.subnet_cidr is not None
+        if new and self.existing_subnet_id:
+            raise _fail("give vnet_cidr + subnet_cidr (a new network) or existing_subnet_id, not both")
+        if not new and not self.existing_subnet_id:
+            raise _fail("give vnet_cidr + subnet_cidr (a new network) or existing_subnet_id")
+        if new:
+            if self.vnet_cidr is None or self.subnet_cidr is None:
+                raise _fail("a new network needs both vnet_cidr and subnet_cidr")
+            vnet, subnet = ipaddress.ip_network(self.vnet_cidr), ipaddress.ip_network(self.subnet_cidr)
+            if not subnet.subnet_of(vnet):  # type: ignore[arg-type]
+                raise _fail(f"subnet_cidr {subnet} is not inside vnet_cidr {vnet}")
+        service = ipaddress.ip_network(self.service_cidr)
+        if self.dns_service_ip not in service:
+            raise _fail(f"dns_service_ip {self.dns_service_ip} is not inside service_cidr {service}")
+        return self
+
+
+class Security(StrictModel):
+    """Secure defaults; relaxing one is an explicit line in the stack."""
+
+    entra_rbac: bool = True
+    local_accounts: bool = False
+    oidc_issuer: bool = True
+    workload_identity: bool = True
+    node_public_ip: bool = False
+    node_os_upgrade_channel: Literal["NodeImage", "SecurityPatch", "Unmanaged", "None"] = "NodeImage"
+    cluster_upgrade_channel: Literal["none", "patch", "stable", "rapid", "node-image"] = "patch"
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Security:
+        if self.workload_identity and not self.oidc_issuer:
+            raise _fail("workload_identity needs oidc_issuer: true")
+        if not self.entra_rbac and not self.local_accounts:
+            raise _fail("with entra_rbac and local_accounts both off, nobody can sign in to the cluster")
+        return self
+
+
+Duration = Annotated[str, matching(r"[1-9]\d*[sm]", "a duration in seconds or minutes, e.g. '10s' or '10m'")]
+
+
+class AutoscalerProfile(StrictModel):
+    expander: Literal["least-waste", "most-pods", "priority", "random"] = "least-waste"
+    scan_interval: Duration = "10s"
+    scale_down_delay_after_add: Duration = "10m"
+    scale_down_unneeded_time: Duration = "10m"
+    max_graceful_termination_seconds: int = Field(600, ge=0, le=86400)
+
+
+class Cluster(StrictModel):
+    name: (
+        Annotated[
+            str,
+            matching(r"[a-zA-Z0-9][-a-zA-Z0-9_]{0,61}[a-zA-Z0-9]", "1-63 letters, digits, '-' and '_' (AKS name)"),
+        ]
+        | None
+    ) = None
+    sku_tier: Literal["Free", "Standard", "Premium"] = "Standard"
+    system_pool: SystemPool = Field(default_factory=SystemPool)
+    network: Network
+    security: Security = Field(default_factory=Security)
+    autoscaler_profile: AutoscalerProfile = Field(default_factory=AutoscalerProfile)
+
+
+class Aks(StrictModel):
+    cluster: Cluster
+    gpu_pools: list[GpuPool] = Field(min_length=1)
+
+
+# -- bare metal ----------------------------------------------------------------------------------------------
+
+
+class HostGroup(StrictModel):
+    """An inventory group of identical bare-metal hosts."""
+
+    name: Identifier
+    gpu_model: str | None = Field(None, description="catalog GPU; omit for hosts without GPUs")
+    gpus_per_host: int | None = Field(None, ge=1, le=64)
+    tuning_profile: str = DEFAULT_TUNING_PROFILE
+    mig: MigLayout | None = None
+
+    @model_validator(mode="after")
+    def _gpu_fields(self) -> HostGroup:
+        if self.gpu_model is None and (self.gpus_per_host is not None or self.mig is not None):
+            raise _fail("gpus_per_host and mig need gpu_model")
+        return self
+
+
+def _serial(v: Any) -> int | str:
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+        return v
+    if isinstance(v, str) and re.fullmatch(r"([1-9]\d?|100)%", v):
+        return v
+    raise _fail(f"{v!r} is not a batch size: a number of hosts >= 1 or a percentage such as '25%'")
+
+
+class Rollout(StrictModel):
+    """Ansible ``serial`` and ``max_fail_percentage`` for plays that change hosts."""
+
+    serial: Annotated[int | str, PlainValidator(_serial, json_schema_input_type=int | str)] = 1
+    max_fail_percentage: int = Field(0, ge=0, le=100)
+
+
+class Baremetal(StrictModel):
+    inventory: Annotated[
+        str,
+        matching(r"(?!/)(?!.*\.\.)[A-Za-z0-9_./-]+", "a path relative to the repository root, without '..'"),
+    ]
+    rollout: Rollout = Field(default_factory=Rollout)
+    host_groups: list[HostGroup] = Field(min_length=1)
+
+
+# -- the stack -----------------------------------------------------------------------------------------------
+
+Stage = Annotated[str, matching(r"[a-z][a-z0-9]{0,15}", "1-16 lowercase letters and digits, e.g. 'prod'")]
+RegionName = Annotated[
+    str, matching(r"[a-z][a-z0-9]{0,31}", "lowercase letters and digits, e.g. 'westeurope' or 'local'")
+]
+
+
+class Stack(StrictModel):
+    """Everything under the ``gpufleet:`` namespace of one stack file."""
+
+    stage: Stage
+    region: RegionName
+    release: Release
+    aks: Aks | None = None
+    baremetal: Baremetal | None = None
+    tuning_profiles: dict[Identifier, TuningProfile] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _something_to_build(self) -> Stack:
+        if self.aks is None and self.baremetal is None:
+            raise _fail("a stack describes an AKS cluster (aks), bare-metal hosts (baremetal), or both")
+        return self
+
+    @property
+    def name(self) -> str:
+        return f"{self.stage}-{self.region}"
+
+    def tuning_profile(self, name: str) -> TuningProfile | None:
+        if name in self.tuning_profiles:
+            return self.tuning_profiles[name]
+        return TuningProfile() if name == DEFAULT_TUNING_PROFILE else None

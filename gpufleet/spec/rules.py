@@ -1,0 +1,321 @@
+"""Rules that need the hardware catalog or more than one object of a stack.
+
+Each rule yields :class:`~gpufleet.diagnostics.Finding` s (a key path under ``gpufleet:`` and a message that
+names what would be valid); the loader places them at ``file:line``. Rules are pure: the catalog and today's
+date come in through :class:`Context`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from gpufleet.catalog import Catalog, Gpu, VmSize
+from gpufleet.diagnostics import Finding, Path, did_you_mean
+from gpufleet.spec.models import AksManagedMig, GpuPool, HostGroup, MigLayout, Stack, TuningProfile
+
+# AKS Linux node pool names: "only lowercase alphanumeric characters and must begin with a lowercase letter...
+# for Linux node pools, the length must be between 1-12 characters" (learn.microsoft.com/azure/aks/create-node-pools).
+AKS_POOL_NAME = re.compile(r"[a-z][a-z0-9]{0,11}")
+
+# Hugepages are taken from the node's RAM at boot; the OS, kubelet (AKS kube-reserved is up to 25% on small
+# nodes) and ordinary pod memory need the rest. gpufleet keeps at least this much as ordinary memory.
+HUGEPAGE_RESERVE_MIN_GIB = 8.0
+HUGEPAGE_RESERVE_FRACTION = 0.10
+
+# Labels gpufleet derives itself (from mig / sharing / driver); a stack may not set them by hand.
+DERIVED_LABELS = {
+    "nvidia.com/mig.config": "mig.config_name",
+    "nvidia.com/device-plugin.config": "sharing",
+    "nvidia.com/gpu.deploy.driver": "driver",
+}
+AKS_RESERVED_LABEL_PREFIXES = ("kubernetes.azure.com/", "kubernetes.io/", "k8s.io/")
+AZURE_LINUX_SKUS = ("AzureLinux", "AzureLinux3")
+
+
+@dataclass(frozen=True)
+class Context:
+    catalog: Catalog
+    today: _dt.date
+
+
+def hugepage_reserve_gib(memory_gib: float) -> float:
+    """Ordinary memory a node of ``memory_gib`` keeps when hugepages are configured."""
+    return max(HUGEPAGE_RESERVE_MIN_GIB, HUGEPAGE_RESERVE_FRACTION * memory_gib)
+
+
+# -- MIG layouts (shared by AKS pools and bare-metal host groups) ---------------------------------------------
+
+
+def check_mig_layout(
+    gpu: Gpu, layout: MigLayout, gpus_per_host: int | None, path: Path, catalog: Catalog
+) -> Iterator[Finding]:
+    """Each device group uses profiles of this GPU model, within max counts and the GPU's slices."""
+    mig = gpu.mig
+    assert mig is not None
+    for gi, group in enumerate(layout.devices):
+        gpath = (*path, "devices", gi)
+        if gpus_per_host is not None and group.gpus != "all":
+            too_high = [i for i in group.gpus if i >= gpus_per_host]
+            if too_high:
+                yield Finding(
+                    (*gpath, "gpus"),
+                    f"GPU index {too_high[0]} does not exist: a host has {gpus_per_host} GPU(s),"
+                    f" indices 0-{gpus_per_host - 1}",
+                )
+        compute = memory = 0
+        profiles_ok = True
+        for name, count in group.profiles.items():
+            ppath = (*gpath, "profiles", name)
+            profile = mig.profile(name)
+            if profile is None:
+                profiles_ok = False
+                owners = catalog.mig_profile_owners(name)
+                where = f" (it is a profile of {', '.join(owners)})" if owners else ""
+                yield Finding(
+                    ppath,
+                    f"{name!r} is not a MIG profile of {gpu.name}{where}; "
+                    + did_you_mean(name, list(mig.by_name), limit=20),
+                )
+                continue
+            if count > profile.max_count:
+                yield Finding(
+                    ppath,
+                    f"at most {profile.max_count} x {name} fit one {gpu.name}, not {count}",
+                )
+            compute += profile.compute_slices * count
+            memory += profile.memory_slices * count
+        if not profiles_ok:
+            continue
+        if compute > mig.compute_slices:
+            yield Finding(
+                (*gpath, "profiles"),
+                f"these instances need {compute} compute slices; one {gpu.name} has {mig.compute_slices}",
+            )
+        if memory > mig.memory_slices:
+            yield Finding(
+                (*gpath, "profiles"),
+                f"these instances need {memory} memory slices; one {gpu.name} has {mig.memory_slices}",
+            )
+
+
+# -- AKS pools -----------------------------------------------------------------------------------------------
+
+
+def _usable_sizes(ctx: Context, want: Iterable[str] = ()) -> list[str]:
+    """Sizes a pool could use today (AKS-supported, not retired), preferring ``want``."""
+    ok = [s.name for s in ctx.catalog.vm_sizes if s.aks_supported and not s.retired(ctx.today)]
+    preferred = [w for w in want if w in ok]
+    return preferred or ok
+
+
+def check_pool_size(pool: GpuPool, path: Path, ctx: Context) -> tuple[VmSize | None, list[Finding]]:
+    """Resolve the pool's VM size; findings when it is unknown, retired, not for AKS, or not NVIDIA."""
+    spath = (*path, "vm_size")
+    size = ctx.catalog.vm_size(pool.vm_size)
+    if size is None:
+        names = [s.name for s in ctx.catalog.vm_sizes]
+        return None, [Finding(spath, f"unknown GPU VM size {pool.vm_size!r}; {did_you_mean(pool.vm_size, names)}")]
+    findings = []
+    if size.name != pool.vm_size:
+        findings.append(Finding(spath, f"write the VM size as Azure spells it: {size.name!r}"))
+    if size.retired(ctx.today):
+        choices = ", ".join(_usable_sizes(ctx, size.replacements))
+        findings.append(
+            Finding(spath, f"{size.name!r} was retired on {size.retired_on.isoformat()}; choose one of {choices}")
+        )
+    elif not size.aks_supported:
+        choices = ", ".join(_usable_sizes(ctx, size.replacements))
+        findings.append(
+            Finding(spath, f"{size.name!r} ({size.series}) is not supported by AKS; choose one of {choices}")
+        )
+    gpu = ctx.catalog.gpu(size.gpu)
+    if gpu.vendor != "nvidia":
+        findings.append(
+            Finding(
+                spath,
+                f"{size.name!r} has {gpu.name} GPUs ({gpu.vendor.upper()}); gpufleet's AKS GPU software is"
+                " NVIDIA's (GPU Operator, device plugin): choose an NVIDIA size",
+            )
+        )
+    return size, findings
+
+
+def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
+    """Every rule that concerns one GPU pool on its own."""
+    if not AKS_POOL_NAME.fullmatch(pool.name):
+        yield Finding(
+            (*path, "name"),
+            f"{pool.name!r} is not an AKS Linux pool name: 1-12 lowercase letters and digits, starting with a letter",
+        )
+
+    size, size_findings = check_pool_size(pool, path, ctx)
+    yield from size_findings
+
+    # Autoscaling: AKS still requires `count`, and it must sit within [min, max].
+    scaling = pool.autoscaling
+    if scaling is None:
+        if pool.scale_to_zero:
+            yield Finding((*path, "scale_to_zero"), "scale_to_zero needs autoscaling (min: 0, max: N)")
+    else:
+        if scaling.min > scaling.max:
+            yield Finding((*path, "autoscaling", "min"), f"min {scaling.min} is above max {scaling.max}")
+        elif not scaling.min <= pool.count <= scaling.max:
+            yield Finding(
+                (*path, "count"),
+                f"count {pool.count} must be within autoscaling min {scaling.min} and max {scaling.max}",
+            )
+        if scaling.min == 0 and not pool.scale_to_zero:
+            yield Finding(
+                (*path, "autoscaling", "min"),
+                "min 0 lets the pool scale to zero nodes; set min >= 1, or scale_to_zero: true to mean it",
+            )
+
+    # Upgrades: AKS gives spot pools no surge nodes.
+    if pool.spot is not None and pool.upgrade is not None and pool.upgrade.max_surge is not None:
+        yield Finding(
+            (*path, "upgrade", "max_surge"),
+            "spot pools get no surge nodes on upgrade; use max_unavailable instead",
+        )
+
+    # Labels gpufleet derives, and prefixes AKS reserves.
+    for key in pool.labels:
+        if key in DERIVED_LABELS:
+            yield Finding(
+                (*path, "labels", key),
+                f"{key} is set by gpufleet from the pool's {DERIVED_LABELS[key]}; remove the label",
+            )
+        elif key.startswith(AKS_RESERVED_LABEL_PREFIXES):
+            yield Finding((*path, "labels", key), f"{key!r} uses a prefix AKS reserves for its own labels")
+
+    # Sharing and MIG.
+    if pool.mig is not None and pool.sharing.mode == "mps":
+        yield Finding((*path, "sharing", "mode"), "MPS cannot be combined with MIG; use time-slicing or no sharing")
+
+    if size is None:
+        return
+    gpu = ctx.catalog.gpu(size.gpu)
+
+    if pool.os_sku in AZURE_LINUX_SKUS and not size.azure_linux:
+        yield Finding(
+            (*path, "os_sku"),
+            f"{size.name} ({gpu.name}) is not available on Azure Linux in AKS; use os_sku Ubuntu,"
+            " Ubuntu2204 or Ubuntu2404",
+        )
+
+    if pool.mig is not None:
+        mpath = (*path, "mig")
+        if gpu.mig is None:
+            yield Finding(mpath, ctx.catalog.no_mig_reason(gpu))
+        elif not size.aks_mig:
+            sizes = sorted(s.name for s in ctx.catalog.vm_sizes if s.aks_mig and not s.retired(ctx.today))
+            yield Finding(mpath, f"AKS supports MIG only on these sizes: {', '.join(sizes)}")
+        elif isinstance(pool.mig, AksManagedMig):
+            compute = int(pool.mig.profile.removeprefix("MIG").removesuffix("g"))
+            if gpu.mig.base_profile(compute) is None:
+                valid = sorted({f"MIG{p.compute_slices}g" for p in gpu.mig.profiles})
+                yield Finding((*mpath, "profile"), f"{gpu.name} has no {compute}g profile; valid: {', '.join(valid)}")
+        else:
+            yield from check_mig_layout(gpu, pool.mig, size.whole_gpus or None, mpath, ctx.catalog)
+
+    hugepages_gib = pool.tuning.hugepages_2m * 2 / 1024
+    if hugepages_gib:
+        reserve = hugepage_reserve_gib(size.memory_gib)
+        room = size.memory_gib - reserve
+        if hugepages_gib > room:
+            most = max(int(room * 512), 0)
+            yield Finding(
+                (*path, "tuning", "hugepages_2m"),
+                f"{pool.tuning.hugepages_2m} x 2 MiB = {hugepages_gib:.1f} GiB of hugepages does not fit"
+                f" {size.name} ({size.memory_gib:g} GiB RAM, {reserve:g} GiB kept for the OS and kubelet);"
+                f" at most {most}",
+            )
+
+
+# -- bare metal ----------------------------------------------------------------------------------------------
+
+
+def check_host_group(
+    group: HostGroup, path: Path, ctx: Context, profiles: dict[str, TuningProfile] | None
+) -> Iterator[Finding]:
+    if profiles is not None and group.tuning_profile not in profiles:
+        yield Finding(
+            (*path, "tuning_profile"),
+            f"unknown tuning profile {group.tuning_profile!r}; {did_you_mean(group.tuning_profile, profiles)}"
+            " (define it under gpufleet:tuning_profiles)",
+        )
+    if group.gpu_model is None:
+        return
+    gpu = ctx.catalog.find_gpu(group.gpu_model)
+    if gpu is None:
+        names = [g.name for g in ctx.catalog.gpus]
+        yield Finding(
+            (*path, "gpu_model"),
+            f"unknown GPU {group.gpu_model!r}; {did_you_mean(group.gpu_model, names, 30)}",
+        )
+        return
+    if group.mig is not None:
+        if gpu.mig is None:
+            yield Finding((*path, "mig"), ctx.catalog.no_mig_reason(gpu))
+        else:
+            yield from check_mig_layout(gpu, group.mig, group.gpus_per_host, (*path, "mig"), ctx.catalog)
+
+
+def check_unique(items: Sequence[tuple[Path, str]], what: str, scope: str) -> Iterator[Finding]:
+    """Names that must be unique within ``scope``; the second use is the error."""
+    seen: set[str] = set()
+    for path, name in items:
+        if name in seen:
+            yield Finding(path, f"{what} {name!r} is used twice; names are unique per {scope}")
+        seen.add(name)
+
+
+# -- the whole stack -----------------------------------------------------------------------------------------
+
+
+def check_region(stack_region: str, has_aks: bool, ctx: Context) -> Iterator[Finding]:
+    if has_aks and stack_region not in ctx.catalog.region_names:
+        yield Finding(
+            ("region",),
+            f"{stack_region!r} is not an Azure region; {did_you_mean(stack_region, ctx.catalog.region_names, 8)}",
+        )
+
+
+def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
+    """All cross-cutting rules of a structurally valid stack."""
+    yield from check_region(stack.region, stack.aks is not None, ctx)
+    if stack.aks is not None:
+        yield from check_aks_pools(stack.aks.gpu_pools, stack.aks.cluster.system_pool.name, ctx)
+    if stack.baremetal is not None:
+        profiles = dict(stack.tuning_profiles)
+        profiles.setdefault("default", TuningProfile())
+        yield from check_host_groups(stack.baremetal.host_groups, ctx, profiles)
+
+
+def check_aks_pools(pools: Sequence[GpuPool | None], system_pool_name: str | None, ctx: Context) -> Iterator[Finding]:
+    """Pool rules for every pool that parsed (None = a pool with structural errors, already reported)."""
+    names: list[tuple[Path, str]] = []
+    if system_pool_name is not None:
+        names.append((("aks", "cluster", "system_pool", "name"), system_pool_name))
+    for i, pool in enumerate(pools):
+        if pool is None:
+            continue
+        path: Path = ("aks", "gpu_pools", i)
+        names.append(((*path, "name"), pool.name))
+        yield from check_pool(pool, path, ctx)
+    yield from check_unique(names, "pool name", "cluster (the system pool included)")
+
+
+def check_host_groups(
+    groups: Sequence[HostGroup | None], ctx: Context, profiles: dict[str, TuningProfile] | None
+) -> Iterator[Finding]:
+    named: list[tuple[Path, str]] = []
+    for i, group in enumerate(groups):
+        if group is None:
+            continue
+        path: Path = ("baremetal", "host_groups", i)
+        named.append(((*path, "name"), group.name))
+        yield from check_host_group(group, path, ctx, profiles)
+    yield from check_unique(named, "host group", "stack")
