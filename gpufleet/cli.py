@@ -1,0 +1,265 @@
+"""The ``gpufleet`` command line: thin over the library (typer + rich), ``--json`` on every command.
+
+Exit codes: 0 success, 1 the input is wrong (an invalid stack, an unknown GPU), 2 usage errors (bad options,
+a stack name that names no file).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpufleet import __version__
+
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+app = typer.Typer(
+    name="gpufleet",
+    help="GPU fleets as code: validated stacks, hardware-aware planners, Pulumi for AKS, Ansible for bare metal.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+mig_app = typer.Typer(help="MIG profiles and layouts per GPU model.", no_args_is_help=True)
+app.add_typer(mig_app, name="mig")
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+RootOpt = Annotated[
+    Path | None,
+    typer.Option("--root", help="Project root holding the stack files (default: the nearest Pulumi.yaml upward)."),
+]
+
+
+def _emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def _usage_error(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}")
+    return typer.Exit(EXIT_USAGE)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"gpufleet {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """GPU fleets as code."""
+
+
+# -- validate ------------------------------------------------------------------------------------------------
+
+
+@app.command()
+def validate(
+    stacks: Annotated[
+        list[str] | None,
+        typer.Argument(help="Stack names (prod-westeurope) or stack files. Default: every Pulumi.<stack>.yaml."),
+    ] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Validate stack files: every error as file:line: key.path: message, nothing applied.
+
+    Exit 0 when all stacks are valid, 1 when any is invalid.
+    """
+    from gpufleet.spec import StackNotFound, find_project_root, load_stack, resolve_stack, stack_files
+
+    project = root or find_project_root()
+    if stacks:
+        try:
+            files = [resolve_stack(ref, project) for ref in stacks]
+        except StackNotFound as exc:
+            raise _usage_error(str(exc)) from None
+    else:
+        files = stack_files(project)
+        if not files:
+            raise _usage_error(f"no stack files (Pulumi.<stage>-<region>.yaml) in {project}")
+
+    results = [load_stack(f) for f in files]
+    if as_json:
+        _emit_json([{"stack": r.name, "ok": r.ok, "errors": [d.to_dict() for d in r.diagnostics]} for r in results])
+    else:
+        for r in results:
+            if r.ok:
+                out.print(f"[green]ok[/green]      {r.name}  [dim]{r.file}[/dim]")
+            else:
+                out.print(f"[red]invalid[/red] {r.name}  [dim]{r.file}[/dim]")
+                for d in r.diagnostics:
+                    out.print(f"  {d}", markup=False)
+        bad = [r for r in results if not r.ok]
+        errors = sum(len(r.diagnostics) for r in bad)
+        if bad:
+            out.print(f"{len(bad)} of {len(results)} stack(s) invalid, {errors} error(s)")
+        else:
+            out.print(f"{len(results)} stack(s) valid")
+    if not all(r.ok for r in results):
+        raise typer.Exit(EXIT_INVALID)
+
+
+# -- plan ----------------------------------------------------------------------------------------------------
+
+
+@app.command()
+def plan(
+    stack: Annotated[str, typer.Argument(help="Stack name (prod-westeurope) or stack file.")],
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """What a stack describes, resolved against the hardware catalog: pools (GPU model, GPUs, vCPUs, RAM per
+    node, MIG instances per node, derived labels) and bare-metal host groups."""
+    from gpufleet.catalog import load_catalog
+    from gpufleet.plan import plan_stack
+    from gpufleet.spec import StackNotFound, find_project_root, load_stack, resolve_stack
+
+    try:
+        path = resolve_stack(stack, root or find_project_root())
+    except StackNotFound as exc:
+        raise _usage_error(str(exc)) from None
+    loaded = load_stack(path)
+    if loaded.stack is None:
+        if as_json:
+            _emit_json({"stack": loaded.name, "ok": False, "errors": [d.to_dict() for d in loaded.diagnostics]})
+        else:
+            err.print(f"[red]invalid stack[/red] {loaded.name}: nothing planned")
+            for d in loaded.diagnostics:
+                err.print(f"  {d}", markup=False)
+        raise typer.Exit(EXIT_INVALID)
+
+    result = plan_stack(loaded.stack, load_catalog())
+    if as_json:
+        _emit_json(result.to_dict())
+        return
+    _render_plan(result)
+
+
+def _render_plan(result: Any) -> None:
+    """One block per pool / host group: readable at 80 columns and in logs."""
+    out.print(f"[bold]{result.stack}[/bold]  stage {result.stage}, region {result.region}")
+    out.print("release: " + ", ".join(f"{k} {v}" for k, v in result.release.items()))
+    if result.cluster:
+        c = result.cluster
+        sp = c["system_pool"]
+        out.print(
+            f"\n[bold]AKS cluster {c['name']}[/bold]: Kubernetes {c['kubernetes']}, {c['sku_tier']} tier,"
+            f" system pool {sp['name']} {sp['count']} x {sp['vm_size']}"
+        )
+        for p in result.pools:
+            gpus = f"{p.gpu_partition} of a" if p.gpu_partition else f"{p.gpus_per_node} x"
+            ib = ", InfiniBand" if p.infiniband else ""
+            shape = f"{gpus} {p.gpu_model}, {p.vcpus} vCPU, {p.memory_gib:g} GiB{ib}"
+            out.print(f"\n  [bold]{p.name}[/bold]  {p.vm_size}: {shape}")
+            n = p.nodes
+            scale = f" (autoscaling {n['min']}-{n['max']})" if p.autoscaling else ""
+            zones = f", zones {','.join(p.zones)}" if p.zones else ""
+            spot = ", spot" if p.spot else ""
+            total = p.gpus_total
+            out.print(f"    nodes {n['count']}{scale}{zones}{spot}; GPUs {total['min']}-{total['max']}")
+            out.print(f"    driver {p.driver} (AKS gpuProfile.driver {p.aks_gpu_driver}), os {p.os_sku}")
+            if p.mig:
+                inst = ", ".join(f"{k} x {prof}" for prof, k in p.mig["instances_per_node"].items())
+                tag = p.mig.get("gpu_instance_profile") or p.mig.get("config_name")
+                out.print(f"    MIG ({p.mig['managed_by']}-managed, {tag}): {inst} per node")
+            if p.sharing["mode"] != "none":
+                out.print(f"    sharing {p.sharing['mode']}, {p.sharing['replicas']} pods per GPU")
+            out.print("    labels " + ", ".join(f"{k}={v}" for k, v in p.labels.items()), markup=False)
+            out.print("    taints " + (", ".join(p.taints) or "none"), markup=False)
+            out.print("    upgrade " + ", ".join(f"{k} {v}" for k, v in p.upgrade.items()))
+    if result.baremetal:
+        bm = result.baremetal
+        out.print(
+            f"\n[bold]bare metal[/bold]: inventory {bm['inventory']}, rollout serial {bm['rollout']['serial']},"
+            f" max_fail_percentage {bm['rollout']['max_fail_percentage']}"
+        )
+        for g in result.host_groups:
+            gpu = f"{g.gpus_per_host or '?'} x {g.gpu_model}" if g.gpu_model else "no GPU"
+            out.print(f"\n  [bold]{g.name}[/bold]  {gpu}, tuning profile {g.tuning_profile}")
+            out.print("    tuning " + ", ".join(f"{k}={v}" for k, v in g.tuning.items()))
+            if g.mig:
+                inst = g.mig["instances_per_host"]
+                detail = ": " + ", ".join(f"{k} x {prof}" for prof, k in inst.items()) + " per host" if inst else ""
+                out.print(f"    MIG {g.mig['config_name']}{detail}")
+
+
+# -- mig -----------------------------------------------------------------------------------------------------
+
+
+@mig_app.command("profiles")
+def mig_profiles(
+    gpu: Annotated[
+        str, typer.Argument(help="GPU: catalog name (H100-SXM5-80GB), PCI id (10de:2330) or nvidia-smi name.")
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """The MIG profiles of one GPU model: slices, placements ({starts}:size on the memory-slice axis), max
+    instances per GPU, usable memory. Exit 1 for an unknown GPU or one without MIG."""
+    from gpufleet.catalog import UnknownGpu, load_catalog
+
+    catalog = load_catalog()
+    try:
+        model = catalog.gpu(gpu)
+    except UnknownGpu as exc:
+        if as_json:
+            _emit_json({"gpu": gpu, "mig": False, "profiles": [], "reason": str(exc)})
+        else:
+            err.print(f"[red]error:[/red] {exc}", markup=True)
+        raise typer.Exit(EXIT_INVALID) from None
+    if model.mig is None:
+        reason = catalog.no_mig_reason(model)
+        if as_json:
+            _emit_json({"gpu": model.name, "mig": False, "profiles": [], "reason": reason})
+        else:
+            err.print(f"[red]error:[/red] {reason}")
+        raise typer.Exit(EXIT_INVALID)
+
+    geometry = model.mig
+    if as_json:
+        _emit_json(
+            {
+                "gpu": model.name,
+                "mig": True,
+                "compute_slices": geometry.compute_slices,
+                "memory_slices": geometry.memory_slices,
+                "profiles": [p.model_dump(mode="json") for p in geometry.profiles],
+            }
+        )
+        return
+    table = Table(
+        title=f"{model.name}: {geometry.compute_slices} compute slices, {geometry.memory_slices} memory slices"
+    )
+    for col in ("profile", "compute", "memory", "placement {starts}:size", "max/GPU", "usable GiB", "SMs"):
+        table.add_column(col)
+    for p in geometry.profiles:
+        table.add_row(
+            p.name,
+            str(p.compute_slices),
+            str(p.memory_slices),
+            p.placement,
+            str(p.max_count),
+            f"{p.usable_gib:.2f}" if p.usable_gib is not None else "n/p",
+            str(p.sms) if p.sms is not None else "n/p",
+        )
+    out.print(table)
+    out.print("[dim]n/p: not published by NVIDIA for this model (see gpufleet/catalog/gpus.yaml)[/dim]")
+
+
+def main() -> None:
+    app()

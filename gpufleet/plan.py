@@ -1,0 +1,213 @@
+"""What a valid stack describes, resolved against the catalog: pools with their GPUs, CPUs, memory, MIG
+instances and derived Kubernetes labels; bare-metal host groups with their tuning profile. Pure: no I/O.
+
+The Pulumi program and the Ansible roles take derived values (labels, the AKS driver setting, instance counts)
+from here, so they are computed once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from gpufleet.catalog import Catalog, Gpu, VmSize
+from gpufleet.spec.models import AksManagedMig, GpuPool, MigLayout, OperatorManagedMig, Stack
+
+POOL_LABEL = "gpufleet.io/pool"
+GPU_MODEL_LABEL = "gpufleet.io/gpu-model"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+# The GPU Operator skips its driver daemonset on nodes labelled so (used for AKS-driver pools in a cluster
+# where other pools have `driver: operator`).
+DEPLOY_DRIVER_LABEL = "nvidia.com/gpu.deploy.driver"
+
+
+def mig_instances_per_gpu_group(layout: MigLayout, gpus_per_host: int) -> Counter[str]:
+    """Instances per host of a mig-parted style layout: each group's profiles times its GPU count."""
+    total: Counter[str] = Counter()
+    for group in layout.devices:
+        n = gpus_per_host if group.gpus == "all" else len(group.gpus)
+        for profile, count in group.profiles.items():
+            total[profile] += count * n
+    return total
+
+
+def aks_mig_instances(gpu: Gpu, profile: str, gpus: int) -> Counter[str]:
+    """AKS ``gpuInstanceProfile`` MIG<n>g fills each GPU with the plain n-slice profile."""
+    assert gpu.mig is not None
+    base = gpu.mig.base_profile(int(profile.removeprefix("MIG").removesuffix("g")))
+    assert base is not None
+    return Counter({base.name: base.max_count * gpus})
+
+
+def _number(value: Fraction) -> int | float:
+    return int(value) if value.denominator == 1 else round(float(value), 4)
+
+
+@dataclass
+class PoolPlan:
+    name: str
+    vm_size: str
+    series: str
+    gpu_model: str
+    gpus_per_node: int | float
+    gpu_partition: str | None
+    vcpus: int
+    memory_gib: float
+    infiniband: bool
+    nodes: dict[str, int]
+    autoscaling: bool
+    spot: bool
+    zones: list[str]
+    os_sku: str
+    driver: str
+    aks_gpu_driver: str
+    taints: list[str]
+    labels: dict[str, str]
+    mig: dict[str, Any] | None
+    sharing: dict[str, Any]
+    upgrade: dict[str, Any]
+    gpus_total: dict[str, int | float]
+
+
+@dataclass
+class HostGroupPlan:
+    name: str
+    gpu_model: str | None
+    mig_capable: bool | None
+    gpus_per_host: int | None
+    tuning_profile: str
+    tuning: dict[str, Any]
+    mig: dict[str, Any] | None
+
+
+@dataclass
+class StackPlan:
+    stack: str
+    stage: str
+    region: str
+    release: dict[str, str]
+    cluster: dict[str, Any] | None = None
+    pools: list[PoolPlan] = field(default_factory=list)
+    baremetal: dict[str, Any] | None = None
+    host_groups: list[HostGroupPlan] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cluster_name(stack: Stack) -> str:
+    assert stack.aks is not None
+    return stack.aks.cluster.name or f"gpufleet-{stack.stage}-{stack.region}"
+
+
+def pool_labels(pool: GpuPool, gpu: Gpu, cluster_has_operator_driver: bool) -> dict[str, str]:
+    """The node labels a pool carries: the stack's own plus those gpufleet derives."""
+    labels = {POOL_LABEL: pool.name, GPU_MODEL_LABEL: gpu.name, **pool.labels}
+    if isinstance(pool.mig, OperatorManagedMig):
+        labels[MIG_CONFIG_LABEL] = pool.mig.config_name
+    if pool.sharing.mode != "none":
+        labels[DEVICE_PLUGIN_CONFIG_LABEL] = f"{pool.name}-{pool.sharing.mode}"
+    if cluster_has_operator_driver and pool.driver == "aks":
+        labels[DEPLOY_DRIVER_LABEL] = "false"
+    return labels
+
+
+def _pool_plan(pool: GpuPool, size: VmSize, gpu: Gpu, operator_driver_in_cluster: bool) -> PoolPlan:
+    gpus = size.whole_gpus
+    mig: dict[str, Any] | None = None
+    if isinstance(pool.mig, AksManagedMig):
+        instances = aks_mig_instances(gpu, pool.mig.profile, gpus)
+        mig = {
+            "managed_by": "aks",
+            "gpu_instance_profile": pool.mig.profile,
+            "instances_per_node": dict(instances),
+        }
+    elif isinstance(pool.mig, OperatorManagedMig):
+        instances = mig_instances_per_gpu_group(pool.mig, gpus)
+        mig = {
+            "managed_by": "operator",
+            "config_name": pool.mig.config_name,
+            "instances_per_node": dict(instances),
+        }
+    if pool.autoscaling:
+        nodes = {"count": pool.count, "min": pool.autoscaling.min, "max": pool.autoscaling.max}
+    else:
+        nodes = {"count": pool.count, "min": pool.count, "max": pool.count}
+    sharing: dict[str, Any] = {"mode": pool.sharing.mode}
+    if pool.sharing.replicas:
+        sharing["replicas"] = pool.sharing.replicas
+    upgrade = pool.effective_upgrade.model_dump(exclude_none=True)
+    return PoolPlan(
+        name=pool.name,
+        vm_size=size.name,
+        series=size.series,
+        gpu_model=gpu.name,
+        gpus_per_node=_number(size.gpu_count),
+        gpu_partition=None if size.gpu_count.denominator == 1 else str(size.gpu_count),
+        vcpus=size.vcpus,
+        memory_gib=size.memory_gib,
+        infiniband=size.infiniband,
+        nodes=nodes,
+        autoscaling=pool.autoscaling is not None,
+        spot=pool.spot is not None,
+        zones=list(pool.zones),
+        os_sku=pool.os_sku,
+        driver=pool.driver,
+        aks_gpu_driver=pool.aks_gpu_driver,
+        taints=list(pool.taints),
+        labels=pool_labels(pool, gpu, operator_driver_in_cluster),
+        mig=mig,
+        sharing=sharing,
+        upgrade=upgrade,
+        gpus_total={k: _number(size.gpu_count * v) for k, v in nodes.items()},
+    )
+
+
+def plan_stack(stack: Stack, catalog: Catalog) -> StackPlan:
+    """Resolve a *valid* stack (see :func:`gpufleet.spec.load_stack`) against the catalog."""
+    plan = StackPlan(stack=stack.name, stage=stack.stage, region=stack.region, release=stack.release.model_dump())
+    if stack.aks is not None:
+        cluster = stack.aks.cluster
+        plan.cluster = {
+            "name": cluster_name(stack),
+            "kubernetes": stack.release.kubernetes,
+            "sku_tier": cluster.sku_tier,
+            "system_pool": cluster.system_pool.model_dump(),
+            "network": cluster.network.model_dump(mode="json", exclude_none=True),
+            "security": cluster.security.model_dump(),
+        }
+        operator_driver = any(p.driver == "operator" for p in stack.aks.gpu_pools)
+        for pool in stack.aks.gpu_pools:
+            size = catalog.vm_size(pool.vm_size)
+            assert size is not None, "plan_stack needs a validated stack"
+            plan.pools.append(_pool_plan(pool, size, catalog.gpu(size.gpu), operator_driver))
+    if stack.baremetal is not None:
+        bm = stack.baremetal
+        plan.baremetal = {"inventory": bm.inventory, "rollout": bm.rollout.model_dump()}
+        for group in bm.host_groups:
+            gpu = catalog.gpu(group.gpu_model) if group.gpu_model else None
+            profile = stack.tuning_profile(group.tuning_profile)
+            assert profile is not None, "plan_stack needs a validated stack"
+            mig = None
+            if group.mig is not None and gpu is not None and group.gpus_per_host:
+                mig = {
+                    "config_name": group.mig.config_name,
+                    "instances_per_host": dict(mig_instances_per_gpu_group(group.mig, group.gpus_per_host)),
+                }
+            elif group.mig is not None:
+                mig = {"config_name": group.mig.config_name, "instances_per_host": None}
+            plan.host_groups.append(
+                HostGroupPlan(
+                    name=group.name,
+                    gpu_model=gpu.name if gpu else None,
+                    mig_capable=gpu.mig_capable if gpu else None,
+                    gpus_per_host=group.gpus_per_host,
+                    tuning_profile=group.tuning_profile,
+                    tuning=profile.model_dump(),
+                    mig=mig,
+                )
+            )
+    return plan
