@@ -223,7 +223,11 @@ def _gpus_selector(v: Any) -> str | tuple[int, ...]:
     raise _fail("expected 'all' or a non-empty list of GPU indices, e.g. [0, 1]")
 
 
-GpuSelector = Annotated[str | tuple[int, ...], PlainValidator(_gpus_selector, json_schema_input_type=Any)]
+GpuSelector = Annotated[
+    str | tuple[int, ...],
+    PlainValidator(_gpus_selector, json_schema_input_type=Any),
+    PlainSerializer(lambda v: v if v == "all" else list(v), return_type=Any),
+]
 
 
 class MigDeviceGroup(StrictModel):
