@@ -167,11 +167,14 @@ def _is_union_tag(model: type[BaseModel], part: str | int) -> bool:
     )
 
 
-def _model_at(root: type[BaseModel], loc: Iterable[str | int]) -> type[BaseModel] | None:
-    """The model class whose fields are valid at ``loc`` (to list the valid keys after a typo)."""
+def _walk(root: type[BaseModel], loc: Iterable[str | int]) -> tuple[type[BaseModel] | None, Path]:
+    """Follow ``loc`` through the model types: the model whose fields are valid at its end (to list valid keys
+    after a typo), and ``loc`` without pydantic's union tags (e.g. ``mig.operator.devices`` -> ``mig.devices``)."""
     candidates: list[Any] = [root]
+    cleaned: list[str | int] = []
     for part in loc:
         nxt: list[Any] = []
+        is_tag = False
         for cand in candidates:
             origin, args = typing.get_origin(cand), typing.get_args(cand)
             if isinstance(cand, type) and issubclass(cand, BaseModel):
@@ -179,13 +182,16 @@ def _model_at(root: type[BaseModel], loc: Iterable[str | int]) -> type[BaseModel
                     nxt.extend(_unwrap(cand.model_fields[str(part)].annotation))
                 elif _is_union_tag(cand, part):
                     nxt.append(cand)
+                    is_tag = True
             elif origin in (list, tuple) and isinstance(part, int):
                 nxt.extend(_unwrap(args[0]))
             elif origin is dict:
                 nxt.extend(_unwrap(args[1]))
-        candidates = nxt
+        if not is_tag:
+            cleaned.append(part)
+        candidates = nxt or candidates
     models = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
-    return models[0] if models else None
+    return (models[0] if models else None), tuple(cleaned)
 
 
 def _expected_choices(ctx: dict[str, Any]) -> list[str]:
@@ -237,14 +243,15 @@ def _message(error: ErrorDetails) -> str:
 
 def findings_from_validation(exc: ValidationError, root: type[BaseModel], prefix: Path = ()) -> Iterator[Finding]:
     for error in exc.errors(include_url=False):
-        loc = tuple(error["loc"])
+        loc = tuple(p for p in error["loc"] if p != "[key]")
+        _, clean = _walk(root, loc)
         if error["type"] == "extra_forbidden":
             key = str(loc[-1])
-            model = _model_at(root, loc[:-1])
+            model, _ = _walk(root, loc[:-1])
             valid = list(model.model_fields) if model else []
-            yield Finding((*prefix, *loc), f"unknown key {key!r}; {did_you_mean(key, valid)}")
+            yield Finding((*prefix, *clean), f"unknown key {key!r}; {did_you_mean(key, valid)}")
         else:
-            yield Finding((*prefix, *loc), _message(error))
+            yield Finding((*prefix, *clean), _message(error))
 
 
 # -- orchestration -------------------------------------------------------------------------------------------

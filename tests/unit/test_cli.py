@@ -1,0 +1,134 @@
+"""The gpufleet command line as a user runs it: a separate process, exit codes, human and JSON output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def gpufleet(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpufleet", *args], cwd=cwd, capture_output=True, text=True, check=False
+    )
+
+
+def test_validate_all_example_stacks():
+    proc = gpufleet("validate")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "4 stack(s) valid" in proc.stdout
+    report = json.loads(gpufleet("validate", "--json").stdout)
+    assert sorted(r["stack"] for r in report) == ["dev-westeurope", "lab-local", "prod-eastus", "prod-westeurope"]
+    assert all(r["ok"] and r["errors"] == [] for r in report)
+
+
+def test_validate_from_a_subdirectory_finds_the_project_root():
+    assert gpufleet("validate", "prod-eastus", cwd=REPO / "gpufleet").returncode == 0
+
+
+def test_validate_prints_file_line_path_message_and_exits_1():
+    proc = gpufleet("validate", "tests/fixtures/invalid/vm_size_retired.yaml")
+    assert proc.returncode == 1
+    assert (
+        "tests/fixtures/invalid/vm_size_retired.yaml:17: aks.gpu_pools[0].vm_size: 'Standard_NC6s_v3' was retired"
+        " on 2025-09-30" in proc.stdout
+    )
+    assert "1 of 1 stack(s) invalid, 1 error(s)" in proc.stdout
+
+
+def test_validate_json_schema():
+    proc = gpufleet("validate", "--json", "tests/fixtures/invalid/spot_with_max_surge.yaml", "dev-westeurope")
+    assert proc.returncode == 1
+    bad, good = json.loads(proc.stdout)
+    assert good == {"stack": "dev-westeurope", "ok": True, "errors": []}
+    assert bad["ok"] is False
+    assert bad["errors"] == [
+        {
+            "file": "tests/fixtures/invalid/spot_with_max_surge.yaml",
+            "line": 20,
+            "path": "aks.gpu_pools[0].upgrade.max_surge",
+            "message": "spot pools get no surge nodes on upgrade; use max_unavailable instead",
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    "args", [("validate", "no-such-stack"), ("validate", "missing/file.yaml"), ("validate", "--bogus"), ("frobnicate",)]
+)
+def test_usage_errors_exit_2(args):
+    proc = gpufleet(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip()
+
+
+def test_validate_with_no_stack_files_is_a_usage_error(tmp_path: Path):
+    proc = gpufleet("validate", cwd=tmp_path)
+    assert proc.returncode == 2 and "no stack files" in proc.stderr
+
+
+def test_plan_json_and_human():
+    proc = gpufleet("plan", "prod-eastus", "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    pools = {p["name"]: p for p in plan["pools"]}
+    assert pools["nvlmig"]["gpu_model"] == "H100-NVL-94GB"
+    assert pools["nvlmig"]["mig"]["instances_per_node"] == {"1g.12gb": 4, "2g.24gb": 2, "3g.47gb": 2}
+    assert pools["t4spot"]["spot"] is True
+    human = gpufleet("plan", "prod-eastus").stdout
+    assert "nvlmig  Standard_NC80adis_H100_v5: 2 x H100-NVL-94GB, 80 vCPU, 640 GiB" in human
+    assert "MIG (operator-managed, nvl-balanced): 4 x 1g.12gb, 2 x 2g.24gb, 2 x 3g.47gb per node" in human
+
+
+def test_plan_of_an_invalid_stack_plans_nothing_and_exits_1():
+    proc = gpufleet("plan", "tests/fixtures/invalid/azure_linux_with_h100.yaml", "--json")
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["errors"][0]["path"] == "aks.gpu_pools[0].os_sku"
+
+
+@pytest.mark.parametrize("gpu", ["H100-SXM5-80GB", "10de:2330", "NVIDIA H100 80GB HBM3"])
+def test_mig_profiles_accepts_every_gpu_identifier(gpu):
+    proc = gpufleet("mig", "profiles", gpu, "--json")
+    assert proc.returncode == 0
+    data = json.loads(proc.stdout)
+    assert data["gpu"] == "H100-SXM5-80GB" and data["mig"] is True
+    assert (data["compute_slices"], data["memory_slices"]) == (7, 8)
+    profiles = {p["name"]: p for p in data["profiles"]}
+    assert profiles["3g.40gb"]["starts"] == [0, 4] and profiles["3g.40gb"]["max_count"] == 2
+    human = gpufleet("mig", "profiles", gpu).stdout
+    assert "{0,2,4,6}:2" in human
+
+
+def test_mig_profiles_refuses_gpus_without_mig_and_unknown_gpus():
+    proc = gpufleet("mig", "profiles", "Tesla T4", "--json")
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout) | {"reason": ""} == {"gpu": "T4", "mig": False, "profiles": [], "reason": ""}
+    assert "T4 (Turing) has no MIG" in gpufleet("mig", "profiles", "T4").stderr
+    unknown = gpufleet("mig", "profiles", "H100-SXM-80GB")
+    assert unknown.returncode == 1 and "did you mean 'H100-SXM5-80GB'" in unknown.stderr
+
+
+def test_help_and_version():
+    for args in (("--help",), ("validate", "--help"), ("plan", "--help"), ("mig", "profiles", "--help")):
+        proc = gpufleet(*args)
+        assert proc.returncode == 0 and "Usage" in proc.stdout, args
+    assert gpufleet("--version").stdout.startswith("gpufleet ")
+
+
+def test_validate_imports_neither_pulumi_nor_ansible():
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "gpufleet", "validate"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "pydantic" in imported and "ruamel.yaml" in imported  # the check sees real imports
+    leaked = sorted(m for m in imported if m.split(".")[0] in ("pulumi", "pulumi_azure_native", "ansible"))
+    assert leaked == []

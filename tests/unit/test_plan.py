@@ -1,0 +1,67 @@
+"""`gpufleet plan`: what each example stack describes, resolved against the catalog."""
+
+from __future__ import annotations
+
+from gpufleet.plan import plan_stack
+from gpufleet.spec import load_stack
+from tests.conftest import REPO
+
+
+def _plan(name: str, catalog):
+    return plan_stack(load_stack(REPO / f"Pulumi.{name}.yaml").stack, catalog)
+
+
+def test_operator_mig_instances_per_node_follow_device_groups(catalog):
+    plan = _plan("prod-westeurope", catalog)
+    pool = next(p for p in plan.pools if p.name == "h100mig")
+    # GPUs 0-3: 2 x 1g.10gb + 2g.20gb + 3g.40gb each; GPUs 4-7: 2 x 3g.40gb each
+    assert pool.mig["instances_per_node"] == {"1g.10gb": 8, "2g.20gb": 4, "3g.40gb": 12}
+    assert pool.labels["nvidia.com/mig.config"] == "h100-inference"
+    assert (pool.gpus_per_node, pool.vcpus, pool.memory_gib, pool.gpu_model) == (8, 96, 1900, "H100-SXM5-80GB")
+    assert pool.gpus_total == {"count": 16, "min": 16, "max": 48}
+
+
+def test_aks_mig_profile_fills_every_gpu_with_the_plain_profile(catalog):
+    plan = _plan("dev-westeurope", catalog)
+    pool = next(p for p in plan.pools if p.name == "a100mig")
+    assert pool.mig == {
+        "managed_by": "aks",
+        "gpu_instance_profile": "MIG1g",
+        "instances_per_node": {"1g.10gb": 7},
+    }
+    assert "nvidia.com/mig.config" not in pool.labels
+
+
+def test_sharing_and_spot_pools(catalog):
+    dev = {p.name: p for p in _plan("dev-westeurope", catalog).pools}
+    assert dev["t4shared"].labels["nvidia.com/device-plugin.config"] == "t4shared-time-slicing"
+    assert dev["t4shared"].sharing == {"mode": "time-slicing", "replicas": 4}
+    assert dev["t4spot"].spot and dev["t4spot"].nodes == {"count": 0, "min": 0, "max": 3}
+    assert dev["t4spot"].upgrade == {"max_unavailable": "1"}
+
+
+def test_aks_driver_pools_are_excluded_from_the_operator_driver_only_in_mixed_clusters(catalog):
+    eastus = _plan("prod-eastus", catalog)
+    assert all(p.aks_gpu_driver == "None" for p in eastus.pools)
+    assert all("nvidia.com/gpu.deploy.driver" not in p.labels for p in eastus.pools)
+    dev = _plan("dev-westeurope", catalog)
+    assert all("nvidia.com/gpu.deploy.driver" not in p.labels for p in dev.pools)
+
+
+def test_bare_metal_plan_resolves_the_tuning_profile(catalog):
+    plan = _plan("lab-local", catalog)
+    assert plan.cluster is None and plan.pools == []
+    (group,) = plan.host_groups
+    assert group.gpu_model is None and group.tuning_profile == "lab"
+    assert group.tuning["hugepages_1g_per_node"] == 1
+    assert plan.baremetal == {"inventory": "inventories/lab-local", "rollout": {"serial": 2, "max_fail_percentage": 50}}
+
+
+def test_fractional_gpu_sizes(catalog):
+    from gpufleet.spec import load_stack_text
+
+    text = (REPO / "tests/fixtures/invalid/pool_name_invalid.yaml").read_text()
+    text = text.replace("gpu-pool-h100", "a10").replace("Standard_NC4as_T4_v3", "Standard_NV6ads_A10_v5")
+    stack = load_stack_text(text, "x.yaml").stack
+    (pool,) = plan_stack(stack, catalog).pools
+    assert pool.gpu_partition == "1/6" and pool.gpus_per_node == 0.1667
