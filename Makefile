@@ -43,10 +43,9 @@ test-slow: setup
 bench: setup
 	$(BIN)/python benchmarks/run.py
 
-lab:
-	@echo "gpufleet: the local lab is not built yet (it arrives with the lab issue); nothing was started." >&2; exit 1
-
-lab-down: lab
+# Until the lab exists, say so in one line and fail; nothing is started.
+lab lab-down:
+	$(error gpufleet: the local lab is not built yet (it arrives with the lab issue); nothing was started)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info

@@ -198,46 +198,46 @@ def _expected_choices(ctx: dict[str, Any]) -> list[str]:
     return re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
 
 
+# pydantic error types -> messages; {got} is ", got <value>" for scalars, other fields come from the error context.
+_TEMPLATES = {
+    "int_type": "expected a whole number{got}",
+    "int_parsing": "expected a whole number{got}",
+    "int_from_float": "expected a whole number{got}",
+    "float_type": "expected a number{got}",
+    "float_parsing": "expected a number{got}",
+    "bool_type": "expected true or false{got}",
+    "bool_parsing": "expected true or false{got}",
+    "string_type": "expected a string{got}",
+    "dict_type": "expected a mapping of keys to values{got}",
+    "model_type": "expected a mapping of keys to values{got}",
+    "model_attributes_type": "expected a mapping of keys to values{got}",
+    "list_type": "expected a list{got}",
+    "tuple_type": "expected a list{got}",
+    "greater_than_equal": "must be at least {ge}{got}",
+    "greater_than": "must be more than {gt}{got}",
+    "less_than_equal": "must be at most {le}{got}",
+    "less_than": "must be less than {lt}{got}",
+    "too_short": "needs at least {min_length} item(s)",
+    "too_long": "takes at most {max_length} item(s)",
+}
+
+
 def _message(error: ErrorDetails) -> str:
     kind, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
     got = f", got {value!r}" if not isinstance(value, dict | list) else ""
-    match kind:
-        case "gpufleet":
-            return error["msg"]
-        case "missing":
-            return f"missing required key {error['loc'][-1]!r}"
-        case "literal_error" | "enum":
-            choices = _expected_choices(ctx)
-            return f"{value!r} is not valid; " + did_you_mean(str(value), choices)
-        case "union_tag_invalid":
-            choices = _expected_choices(ctx)
-            return f"{ctx.get('discriminator', 'tag')} {value!r} is not valid; valid: {', '.join(choices)}"
-        case "union_tag_not_found":
-            return f"missing required key {ctx.get('discriminator', '').strip(chr(39))!r}"
-        case "int_type" | "int_parsing" | "int_from_float":
-            return f"expected a whole number{got}"
-        case "float_type" | "float_parsing":
-            return f"expected a number{got}"
-        case "bool_type" | "bool_parsing":
-            return f"expected true or false{got}"
-        case "string_type":
-            return f"expected a string{got}"
-        case "dict_type" | "model_type" | "model_attributes_type":
-            return f"expected a mapping of keys to values{got}"
-        case "list_type" | "tuple_type":
-            return f"expected a list{got}"
-        case "greater_than_equal":
-            return f"must be at least {ctx['ge']}{got}"
-        case "greater_than":
-            return f"must be more than {ctx['gt']}{got}"
-        case "less_than_equal":
-            return f"must be at most {ctx['le']}{got}"
-        case "less_than":
-            return f"must be less than {ctx['lt']}{got}"
-        case "too_short":
-            return f"needs at least {ctx.get('min_length')} item(s)"
-        case "too_long":
-            return f"takes at most {ctx.get('max_length')} item(s)"
+    if kind == "gpufleet":
+        return error["msg"]
+    if kind == "missing":
+        return f"missing required key {error['loc'][-1]!r}"
+    if kind in ("literal_error", "enum"):
+        return f"{value!r} is not valid; " + did_you_mean(str(value), _expected_choices(ctx))
+    if kind == "union_tag_invalid":
+        choices = ", ".join(_expected_choices(ctx))
+        return f"{ctx.get('discriminator', 'tag')} {value!r} is not valid; valid: {choices}"
+    if kind == "union_tag_not_found":
+        return f"missing required key {ctx.get('discriminator', '').strip(chr(39))!r}"
+    if kind in _TEMPLATES:
+        return _TEMPLATES[kind].format(got=got, **ctx)
     return f"{error['msg']}{got}"
 
 
