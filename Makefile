@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 # Big downloads are cached outside the repository.
 export PIP_CACHE_DIR ?= $(HOME)/.cache/gpufleet/pip
 STAMP := $(VENV)/.gpufleet-installed
+# Tools run from the project's virtualenv (ansible-lint also looks for ansible there).
+export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: help setup test test-slow lint bench lab lab-down clean
 
@@ -13,7 +15,7 @@ help:
 	@echo "make setup      create .venv and install gpufleet with its dev tools (idempotent)"
 	@echo "make test       lint + every test (installs what it needs first)"
 	@echo "make test-slow  the long scenarios kept out of 'make test'"
-	@echo "make lint       ruff, yamllint"
+	@echo "make lint       ruff, yamllint, ansible-lint (production profile)"
 	@echo "make bench      performance figures"
 	@echo "make lab        bring up the local bare-metal lab and converge it"
 
@@ -31,6 +33,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/yamllint --strict .
+	$(BIN)/ansible-lint -q
 
 test: setup lint
 	$(BIN)/python -m pytest -m "not slow"
