@@ -7,13 +7,13 @@ from here, so they are computed once.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from gpufleet.catalog import Catalog, Gpu, VmSize
-from gpufleet.spec.models import AksManagedMig, GpuPool, MigLayout, OperatorManagedMig, Stack
+from gpufleet.mig_outputs import aks_instances, cluster_strategy, node_mig
+from gpufleet.spec.models import AksManagedMig, GpuPool, MigDeviceGroup, MigLayout, OperatorManagedMig, Stack
 
 POOL_LABEL = "gpufleet.io/pool"
 GPU_MODEL_LABEL = "gpufleet.io/gpu-model"
@@ -22,24 +22,6 @@ DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 # The GPU Operator skips its driver daemonset on nodes labelled so (used for AKS-driver pools in a cluster
 # where other pools have `driver: operator`).
 DEPLOY_DRIVER_LABEL = "nvidia.com/gpu.deploy.driver"
-
-
-def mig_instances_per_gpu_group(layout: MigLayout, gpus_per_host: int) -> Counter[str]:
-    """Instances per host of a mig-parted style layout: each group's profiles times its GPU count."""
-    total: Counter[str] = Counter()
-    for group in layout.devices:
-        n = gpus_per_host if group.gpus == "all" else len(group.gpus)
-        for profile, count in group.profiles.items():
-            total[profile] += count * n
-    return total
-
-
-def aks_mig_instances(gpu: Gpu, profile: str, gpus: int) -> Counter[str]:
-    """AKS ``gpuInstanceProfile`` MIG<n>g fills each GPU with the plain n-slice profile."""
-    assert gpu.mig is not None
-    base = gpu.mig.base_profile(int(profile.removeprefix("MIG").removesuffix("g")))
-    assert base is not None
-    return Counter({base.name: base.max_count * gpus})
 
 
 def _number(value: Fraction) -> int | float:
@@ -119,19 +101,14 @@ def _pool_plan(pool: GpuPool, size: VmSize, gpu: Gpu, operator_driver_in_cluster
     gpus = size.whole_gpus
     mig: dict[str, Any] | None = None
     if isinstance(pool.mig, AksManagedMig):
-        instances = aks_mig_instances(gpu, pool.mig.profile, gpus)
-        mig = {
-            "managed_by": "aks",
-            "gpu_instance_profile": pool.mig.profile,
-            "instances_per_node": dict(instances),
-        }
+        per_gpu = aks_instances(gpu, pool.mig.profile, 1)
+        node = node_mig(MigLayout(config_name="aks", devices=[MigDeviceGroup(profiles=per_gpu)]), gpus)
+        mig = {"managed_by": "aks", "gpu_instance_profile": pool.mig.profile}
     elif isinstance(pool.mig, OperatorManagedMig):
-        instances = mig_instances_per_gpu_group(pool.mig, gpus)
-        mig = {
-            "managed_by": "operator",
-            "config_name": pool.mig.config_name,
-            "instances_per_node": dict(instances),
-        }
+        node = node_mig(pool.mig, gpus)
+        mig = {"managed_by": "operator", "config_name": pool.mig.config_name}
+    if mig is not None:
+        mig |= {"instances_per_node": node.instances, "strategy": node.strategy, "resources": node.resources}
     if pool.autoscaling:
         nodes = {"count": pool.count, "min": pool.autoscaling.min, "max": pool.autoscaling.max}
     else:
@@ -184,6 +161,8 @@ def plan_stack(stack: Stack, catalog: Catalog) -> StackPlan:
             size = catalog.vm_size(pool.vm_size)
             assert size is not None, "plan_stack needs a validated stack"
             plan.pools.append(_pool_plan(pool, size, catalog.gpu(size.gpu), operator_driver))
+        operator_pools = [p for p in plan.pools if p.mig and p.mig["managed_by"] == "operator"]
+        plan.cluster["mig_strategy"] = cluster_strategy(p.mig["strategy"] for p in operator_pools)
     if stack.baremetal is not None:
         bm = stack.baremetal
         plan.baremetal = {"inventory": bm.inventory, "rollout": bm.rollout.model_dump()}
@@ -192,10 +171,13 @@ def plan_stack(stack: Stack, catalog: Catalog) -> StackPlan:
             profile = stack.tuning_profile(group.tuning_profile)
             assert profile is not None, "plan_stack needs a validated stack"
             mig = None
-            if group.mig is not None and gpu is not None and group.gpus_per_host:
+            if group.mig is not None and group.gpus_per_host:
+                node = node_mig(group.mig, group.gpus_per_host)
                 mig = {
                     "config_name": group.mig.config_name,
-                    "instances_per_host": dict(mig_instances_per_gpu_group(group.mig, group.gpus_per_host)),
+                    "instances_per_host": node.instances,
+                    "strategy": node.strategy,
+                    "resources": node.resources,
                 }
             elif group.mig is not None:
                 mig = {"config_name": group.mig.config_name, "instances_per_host": None}

@@ -64,6 +64,7 @@ class MigProfile(_Frozen):
 class MigGeometry(_Frozen):
     compute_slices: int
     memory_slices: int
+    media_extension_instances: int = Field(description="instances with media extensions (+me) one GPU can hold")
     profiles: tuple[MigProfile, ...]
 
     @cached_property
@@ -268,6 +269,7 @@ def _expand_gpus(raw: dict[str, Any]) -> list[dict[str, Any]]:
             entry["mig"] = {
                 "compute_slices": geometry["compute_slices"],
                 "memory_slices": geometry["memory_slices"],
+                "media_extension_instances": geometry["media_extension_instances"],
                 "profiles": profiles,
             }
         gpus.append(entry)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from gpufleet.catalog import Catalog, Gpu, VmSize
-from gpufleet.diagnostics import Finding, Path, did_you_mean
+from gpufleet.diagnostics import Finding, Path, did_you_mean, format_path
 from gpufleet.spec.models import AksManagedMig, GpuPool, HostGroup, MigLayout, Stack, TuningProfile
 
 # AKS Linux node pool names: "only lowercase alphanumeric characters and must begin with a lowercase letter...
@@ -52,9 +52,10 @@ def hugepage_reserve_gib(memory_gib: float) -> float:
 def check_mig_layout(
     gpu: Gpu, layout: MigLayout, gpus_per_host: int | None, path: Path, catalog: Catalog
 ) -> Iterator[Finding]:
-    """Each device group uses profiles of this GPU model, within max counts and the GPU's slices."""
-    mig = gpu.mig
-    assert mig is not None
+    """Each device group is a layout that fits one GPU of this model (the MIG planner's exact check); each
+    profile is first checked on its own so every bad profile is named at its key."""
+    from gpufleet import mig
+
     for gi, group in enumerate(layout.devices):
         gpath = (*path, "devices", gi)
         if gpus_per_host is not None and group.gpus != "all":
@@ -65,40 +66,15 @@ def check_mig_layout(
                     f"GPU index {too_high[0]} does not exist: a host has {gpus_per_host} GPU(s),"
                     f" indices 0-{gpus_per_host - 1}",
                 )
-        compute = memory = 0
-        profiles_ok = True
-        for name, count in group.profiles.items():
-            ppath = (*gpath, "profiles", name)
-            profile = mig.profile(name)
-            if profile is None:
-                profiles_ok = False
-                owners = catalog.mig_profile_owners(name)
-                where = f" (it is a profile of {', '.join(owners)})" if owners else ""
-                yield Finding(
-                    ppath,
-                    f"{name!r} is not a MIG profile of {gpu.name}{where}; "
-                    + did_you_mean(name, list(mig.by_name), limit=20),
-                )
-                continue
-            if count > profile.max_count:
-                yield Finding(
-                    ppath,
-                    f"at most {profile.max_count} x {name} fit one {gpu.name}, not {count}",
-                )
-            compute += profile.compute_slices * count
-            memory += profile.memory_slices * count
-        if not profiles_ok:
-            continue
-        if compute > mig.compute_slices:
-            yield Finding(
-                (*gpath, "profiles"),
-                f"these instances need {compute} compute slices; one {gpu.name} has {mig.compute_slices}",
-            )
-        if memory > mig.memory_slices:
-            yield Finding(
-                (*gpath, "profiles"),
-                f"these instances need {memory} memory slices; one {gpu.name} has {mig.memory_slices}",
-            )
+        owners = {name: catalog.mig_profile_owners(name) for name in group.profiles}
+        alone = [mig.check(gpu, {name: count}, owners) for name, count in group.profiles.items()]
+        for name, result in zip(group.profiles, alone, strict=True):
+            if not result.fits:
+                yield Finding((*gpath, "profiles", name), result.reason or "does not fit")
+        if all(r.fits for r in alone):
+            together = mig.check(gpu, group.profiles)
+            if not together.fits:
+                yield Finding((*gpath, "profiles"), together.reason or "does not fit")
 
 
 # -- AKS pools -----------------------------------------------------------------------------------------------
@@ -294,9 +270,25 @@ def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
         yield from check_host_groups(stack.baremetal.host_groups, ctx, profiles)
 
 
+def check_mig_config_names(layouts: Sequence[tuple[Path, str | None, MigLayout]]) -> Iterator[Finding]:
+    """One ``nvidia.com/mig.config`` name means one layout per GPU model: mig-parted applies every entry of a
+    config whose device filter matches, so two layouts for the same model under one name would collide."""
+    seen: dict[tuple[str, str | None], tuple[Path, MigLayout]] = {}
+    for path, gpu, layout in layouts:
+        key = (layout.config_name, gpu)
+        if key in seen and seen[key][1].devices != layout.devices:
+            yield Finding(
+                (*path, "config_name"),
+                f"config_name {layout.config_name!r} already names a different layout for {gpu} at"
+                f" {format_path(seen[key][0])}; give this layout its own name",
+            )
+        seen.setdefault(key, (path, layout))
+
+
 def check_aks_pools(pools: Sequence[GpuPool | None], system_pool_name: str | None, ctx: Context) -> Iterator[Finding]:
     """Pool rules for every pool that parsed (None = a pool with structural errors, already reported)."""
     names: list[tuple[Path, str]] = []
+    layouts: list[tuple[Path, str | None, MigLayout]] = []
     if system_pool_name is not None:
         names.append((("aks", "cluster", "system_pool", "name"), system_pool_name))
     for i, pool in enumerate(pools):
@@ -305,17 +297,26 @@ def check_aks_pools(pools: Sequence[GpuPool | None], system_pool_name: str | Non
         path: Path = ("aks", "gpu_pools", i)
         names.append(((*path, "name"), pool.name))
         yield from check_pool(pool, path, ctx)
+        if isinstance(pool.mig, MigLayout):
+            size = ctx.catalog.vm_size(pool.vm_size)
+            layouts.append(((*path, "mig"), size.gpu if size else None, pool.mig))
     yield from check_unique(names, "pool name", "cluster (the system pool included)")
+    yield from check_mig_config_names(layouts)
 
 
 def check_host_groups(
     groups: Sequence[HostGroup | None], ctx: Context, profiles: dict[str, TuningProfile] | None
 ) -> Iterator[Finding]:
     named: list[tuple[Path, str]] = []
+    layouts: list[tuple[Path, str | None, MigLayout]] = []
     for i, group in enumerate(groups):
         if group is None:
             continue
         path: Path = ("baremetal", "host_groups", i)
         named.append(((*path, "name"), group.name))
         yield from check_host_group(group, path, ctx, profiles)
+        if group.mig is not None:
+            gpu = ctx.catalog.find_gpu(group.gpu_model or "")
+            layouts.append(((*path, "mig"), gpu.name if gpu else None, group.mig))
     yield from check_unique(named, "host group", "stack")
+    yield from check_mig_config_names(layouts)

@@ -16,6 +16,13 @@ def test_operator_mig_instances_per_node_follow_device_groups(catalog):
     pool = next(p for p in plan.pools if p.name == "h100mig")
     # GPUs 0-3: 2 x 1g.10gb + 2g.20gb + 3g.40gb each; GPUs 4-7: 2 x 3g.40gb each
     assert pool.mig["instances_per_node"] == {"1g.10gb": 8, "2g.20gb": 4, "3g.40gb": 12}
+    assert pool.mig["strategy"] == "mixed"
+    assert pool.mig["resources"] == {
+        "nvidia.com/mig-1g.10gb": 8,
+        "nvidia.com/mig-2g.20gb": 4,
+        "nvidia.com/mig-3g.40gb": 12,
+    }
+    assert plan.cluster["mig_strategy"] == "mixed"
     assert pool.labels["nvidia.com/mig.config"] == "h100-inference"
     assert (pool.gpus_per_node, pool.vcpus, pool.memory_gib, pool.gpu_model) == (8, 96, 1900, "H100-SXM5-80GB")
     assert pool.gpus_total == {"count": 16, "min": 16, "max": 48}
@@ -28,6 +35,8 @@ def test_aks_mig_profile_fills_every_gpu_with_the_plain_profile(catalog):
         "managed_by": "aks",
         "gpu_instance_profile": "MIG1g",
         "instances_per_node": {"1g.10gb": 7},
+        "strategy": "single",
+        "resources": {"nvidia.com/gpu": 7},
     }
     assert "nvidia.com/mig.config" not in pool.labels
 

@@ -1,0 +1,138 @@
+"""MIG layouts in the ecosystem's formats: mig-parted configs, the GPU Operator's MIG settings, AKS-managed MIG.
+
+- mig-parted (``version: v1``, ``mig-configs``): one named config per layout, each entry with the GPU model's
+  ``device-filter`` (``0x233010DE`` form), ``devices``, ``mig-enabled`` and ``mig-devices``; ``all-disabled``
+  is always present (the GPU Operator's MIG manager falls back to it).
+- GPU Operator: the node label ``nvidia.com/mig.config=<name>``, the ConfigMap holding the mig-parted config for
+  ``migManager.config``, and ``mig.strategy``: ``single`` when every GPU of a node carries instances of one and
+  the same profile, else ``mixed``; with it, the extended resources pods request.
+- AKS-managed MIG: ``gpuInstanceProfile`` MIG<n>g fills every GPU of a pool with the plain n-slice profile.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from io import StringIO
+from typing import Any, Literal
+
+from gpufleet.catalog import Gpu
+from gpufleet.mig import FleetPack
+from gpufleet.spec.models import MigLayout
+
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+DISABLED_CONFIG = "all-disabled"
+CONFIGMAP_KEY = "config.yaml"
+AKS_PROFILES = ("MIG1g", "MIG2g", "MIG3g", "MIG4g", "MIG7g")
+
+
+@dataclass(frozen=True)
+class NamedLayout:
+    """A mig-parted config to emit: a name, the GPU model it is for, and its device groups."""
+
+    name: str
+    gpu: Gpu
+    layout: MigLayout
+
+
+def _entry(gpu: Gpu, devices: str | Sequence[int], profiles: dict[str, int]) -> dict[str, Any]:
+    return {
+        "device-filter": list(gpu.mig_device_filters),
+        "devices": devices if devices == "all" else list(devices),
+        "mig-enabled": True,
+        "mig-devices": dict(profiles),
+    }
+
+
+def mig_parted_config(layouts: Iterable[NamedLayout]) -> dict[str, Any]:
+    """One mig-parted ``v1`` config with a named entry per layout (several GPU models may share a name)."""
+    configs: dict[str, list[dict[str, Any]]] = {DISABLED_CONFIG: [{"devices": "all", "mig-enabled": False}]}
+    for named in layouts:
+        entries = configs.setdefault(named.name, [])
+        for group in named.layout.devices:
+            entries.append(_entry(named.gpu, group.gpus, dict(group.profiles)))
+    return {"version": "v1", "mig-configs": configs}
+
+
+def packed_layouts(result: FleetPack, catalog_gpu: dict[str, Gpu]) -> list[tuple[NamedLayout, int]]:
+    """The layouts of a packing as named mig-parted configs (``<model>-<n>``, most used first), with the
+    number of GPUs each one is for."""
+    from gpufleet.spec.models import MigDeviceGroup
+
+    out = []
+    for model in result.models:
+        gpu = catalog_gpu[model.gpu]
+        for i, (layout, gpus) in enumerate(model.layouts, start=1):
+            name = f"{gpu.name.lower()}-{i}"
+            group = MigDeviceGroup(gpus="all", profiles=dict(layout))
+            out.append((NamedLayout(name, gpu, MigLayout(config_name=name, devices=[group])), gpus))
+    return out
+
+
+def dump_yaml(data: dict[str, Any]) -> str:
+    from ruamel.yaml import YAML
+
+    out = StringIO()
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style = False
+    yaml.sort_base_mapping_type_on_output = False  # type: ignore[attr-defined]
+    yaml.dump(data, out)
+    return out.getvalue()
+
+
+def operator_configmap(config: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
+    """The ConfigMap the GPU Operator's ``migManager.config.name`` points at."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {CONFIGMAP_KEY: dump_yaml(config)},
+    }
+
+
+@dataclass(frozen=True)
+class NodeMig:
+    """What one node exposes to Kubernetes under a MIG layout."""
+
+    strategy: Literal["single", "mixed"]
+    resources: dict[str, int]  # extended resource -> count per node
+    instances: dict[str, int]  # MIG profile -> instances per node
+
+
+def node_mig(layout: MigLayout, gpus_per_node: int) -> NodeMig:
+    """Instances per node, the device plugin's MIG strategy and the resources pods request."""
+    instances: Counter[str] = Counter()
+    covered = 0
+    for group in layout.devices:
+        n = gpus_per_node if group.gpus == "all" else len(group.gpus)
+        covered += n
+        for profile, count in group.profiles.items():
+            instances[profile] += count * n
+    whole = gpus_per_node - covered  # GPUs the layout leaves without MIG
+    single = len(instances) == 1 and whole == 0
+    if single:
+        resources = {"nvidia.com/gpu": sum(instances.values())}
+    else:
+        resources = {f"nvidia.com/mig-{p}": c for p, c in sorted(instances.items())}
+        if whole:
+            resources["nvidia.com/gpu"] = whole
+    return NodeMig("single" if single else "mixed", resources, dict(instances))
+
+
+def cluster_strategy(strategies: Iterable[str]) -> Literal["single", "mixed"] | None:
+    """The GPU Operator's ``mig.strategy`` is cluster-wide: single only when every MIG node is single."""
+    found = set(strategies)
+    if not found:
+        return None
+    return "single" if found == {"single"} else "mixed"
+
+
+def aks_instances(gpu: Gpu, profile: str, gpus: int) -> dict[str, int]:
+    """AKS ``gpuInstanceProfile`` MIG<n>g: each GPU filled with the plain n-compute-slice profile."""
+    if gpu.mig is None:
+        raise ValueError(f"{gpu.name} has no MIG")
+    base = gpu.mig.base_profile(int(profile.removeprefix("MIG").removesuffix("g")))
+    if base is None:
+        raise ValueError(f"{gpu.name} has no {profile} profile")
+    return {base.name: base.max_count * gpus}

@@ -1,0 +1,254 @@
+"""YAML documents with positions: parse, locate key paths at file:line, and turn pydantic errors into findings.
+
+Shared by every gpufleet input file (stacks, MIG demands...), so all report errors the same way:
+``file:line: key.path: message``, with what would be valid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import types
+import typing
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path as FsPath
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from gpufleet.diagnostics import Diagnostic, Finding, Path, did_you_mean, format_path
+
+
+def read_yaml(path: str | FsPath | None, text: str | None = None) -> tuple[Any, list[Diagnostic]]:
+    """Parse a file (or ``text``, reported as ``path``) with line numbers: (document, []) or (None, [error])."""
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+    file = str(path)
+    if text is None:
+        try:
+            text = FsPath(file).read_text(encoding="utf-8")
+        except OSError as exc:
+            return None, [Diagnostic(file, 1, "", f"cannot read: {exc.strerror}")]
+        except UnicodeDecodeError:
+            return None, [Diagnostic(file, 1, "", "not UTF-8 text")]
+    try:
+        return parse_yaml(text), []
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        problem = " ".join(p for p in (exc.context, exc.problem) if p)
+        return None, [Diagnostic(file, line, "", f"YAML: {problem}")]
+    except YAMLError as exc:
+        return None, [Diagnostic(file, 1, "", f"YAML: {exc}")]
+
+
+def located(findings: Iterable[Finding], locator: Locator, file: str) -> list[Diagnostic]:
+    """Findings placed at file:line, sorted by line."""
+    out = []
+    for finding in findings:
+        line, shown = locator.locate(finding.path)
+        out.append(Diagnostic(file=file, line=line, path=format_path(shown), message=finding.message))
+    return sorted(out, key=lambda d: (d.line, d.path))
+
+
+def parse_yaml(text: str) -> Any:
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="rt")
+    return yaml.load(text)
+
+
+def plain(node: Any) -> Any:
+    """ruamel's round-trip nodes -> plain Python values (what pydantic validates)."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    from ruamel.yaml.scalarbool import ScalarBoolean
+    from ruamel.yaml.scalarfloat import ScalarFloat
+    from ruamel.yaml.scalarint import ScalarInt
+
+    if isinstance(node, CommentedMap):
+        return {plain(k): plain(v) for k, v in node.items()}
+    if isinstance(node, CommentedSeq):
+        return [plain(v) for v in node]
+    if isinstance(node, ScalarBoolean):
+        return bool(node)
+    if isinstance(node, bool):
+        return node
+    if isinstance(node, ScalarInt):
+        return int(node)
+    if isinstance(node, ScalarFloat):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    return node
+
+
+class Locator:
+    """Maps key paths to 1-based line numbers of a YAML file read with :func:`parse_yaml`.
+
+    ``root`` is the mapping paths start in; ``first_key`` turns a path's first element into the key written in
+    the file (stack files write ``gpufleet:aks`` for the path ``aks...``)."""
+
+    def __init__(self, root: Any, first_key: Callable[[str], str] = str) -> None:
+        self.config = root
+        self.first_key = first_key
+
+    @staticmethod
+    def key_line(mapping: Any, key: Any) -> int | None:
+        try:
+            return mapping.lc.key(key)[0] + 1
+        except (AttributeError, KeyError, TypeError):
+            return None
+
+    def config_key_line(self, key: str) -> int:
+        return self.key_line(self.config, key) or self._own_line(self.config)
+
+    @staticmethod
+    def _own_line(node: Any) -> int:
+        try:
+            return node.lc.line + 1
+        except AttributeError:
+            return 1
+
+    def locate(self, path: Path) -> tuple[int, Path]:
+        """The line of the deepest key of ``path`` present in the file, and the path as the user wrote it
+        (pydantic's union tags and ``[key]`` markers removed)."""
+        from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+        if not path:
+            return self._own_line(self.config), ()
+        section = self.first_key(str(path[0]))
+        line = self.config_key_line(section)
+        node = self.config.get(section) if isinstance(self.config, CommentedMap) else None
+        shown: list[str | int] = [path[0]]
+        rest = list(path[1:])
+        while rest:
+            part = rest.pop(0)
+            if part == "[key]":
+                continue
+            if isinstance(node, CommentedMap) and part in node:
+                line = self.key_line(node, part) or line
+                node = node[part]
+                shown.append(part)
+            elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
+                with contextlib.suppress(AttributeError, KeyError, TypeError):
+                    line = node.lc.item(part)[0] + 1
+                node = node[part]
+                shown.append(part)
+            elif rest:
+                continue  # a pydantic union tag (e.g. 'operator'): not a key of the file
+            else:
+                shown.append(part)  # a key the file lacks (missing, or a default a rule talks about)
+                break
+        return line, tuple(shown)
+
+
+# -- pydantic errors -> findings -----------------------------------------------------------------------------
+
+
+def unwrap(annotation: Any) -> list[Any]:
+    """The model/container types an annotation may hold (Optional, Annotated and unions unwrapped)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return unwrap(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        out: list[Any] = []
+        for arg in typing.get_args(annotation):
+            out.extend(unwrap(arg))
+        return out
+    return [annotation]
+
+
+def _is_union_tag(model: type[BaseModel], part: str | int) -> bool:
+    """Whether ``part`` is the discriminator value of ``model`` (pydantic puts it in error locations)."""
+    return any(
+        typing.get_origin(f.annotation) is typing.Literal and part in typing.get_args(f.annotation)
+        for f in model.model_fields.values()
+    )
+
+
+def _walk(root: type[BaseModel], loc: Iterable[str | int]) -> tuple[type[BaseModel] | None, Path]:
+    """Follow ``loc`` through the model types: the model whose fields are valid at its end (to list valid keys
+    after a typo), and ``loc`` without pydantic's union tags (e.g. ``mig.operator.devices`` -> ``mig.devices``)."""
+    candidates: list[Any] = [root]
+    cleaned: list[str | int] = []
+    for part in loc:
+        nxt: list[Any] = []
+        is_tag = False
+        for cand in candidates:
+            origin, args = typing.get_origin(cand), typing.get_args(cand)
+            if isinstance(cand, type) and issubclass(cand, BaseModel):
+                if part in cand.model_fields:
+                    nxt.extend(unwrap(cand.model_fields[str(part)].annotation))
+                elif _is_union_tag(cand, part):
+                    nxt.append(cand)
+                    is_tag = True
+            elif origin in (list, tuple) and isinstance(part, int):
+                nxt.extend(unwrap(args[0]))
+            elif origin is dict:
+                nxt.extend(unwrap(args[1]))
+        if not is_tag:
+            cleaned.append(part)
+        candidates = nxt or candidates
+    models = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+    return (models[0] if models else None), tuple(cleaned)
+
+
+def _expected_choices(ctx: dict[str, Any]) -> list[str]:
+    return re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+
+
+# pydantic error types -> messages; {got} is ", got <value>" for scalars, other fields come from the error context.
+_TEMPLATES = {
+    "int_type": "expected a whole number{got}",
+    "int_parsing": "expected a whole number{got}",
+    "int_from_float": "expected a whole number{got}",
+    "float_type": "expected a number{got}",
+    "float_parsing": "expected a number{got}",
+    "bool_type": "expected true or false{got}",
+    "bool_parsing": "expected true or false{got}",
+    "string_type": "expected a string{got}",
+    "dict_type": "expected a mapping of keys to values{got}",
+    "model_type": "expected a mapping of keys to values{got}",
+    "model_attributes_type": "expected a mapping of keys to values{got}",
+    "list_type": "expected a list{got}",
+    "tuple_type": "expected a list{got}",
+    "greater_than_equal": "must be at least {ge}{got}",
+    "greater_than": "must be more than {gt}{got}",
+    "less_than_equal": "must be at most {le}{got}",
+    "less_than": "must be less than {lt}{got}",
+    "too_short": "needs at least {min_length} item(s)",
+    "too_long": "takes at most {max_length} item(s)",
+}
+
+
+def _message(error: ErrorDetails) -> str:
+    kind, value, ctx = error["type"], error.get("input"), error.get("ctx") or {}
+    got = f", got {value!r}" if not isinstance(value, dict | list) else ""
+    if kind == "gpufleet":
+        return error["msg"]
+    if kind == "missing":
+        return f"missing required key {error['loc'][-1]!r}"
+    if kind in ("literal_error", "enum"):
+        return f"{value!r} is not valid; " + did_you_mean(str(value), _expected_choices(ctx))
+    if kind == "union_tag_invalid":
+        choices = ", ".join(_expected_choices(ctx))
+        return f"{ctx.get('discriminator', 'tag')} {value!r} is not valid; valid: {choices}"
+    if kind == "union_tag_not_found":
+        return f"missing required key {ctx.get('discriminator', '').strip(chr(39))!r}"
+    if kind in _TEMPLATES:
+        return _TEMPLATES[kind].format(got=got, **ctx)
+    return f"{error['msg']}{got}"
+
+
+def findings_from_validation(exc: ValidationError, root: type[BaseModel], prefix: Path = ()) -> Iterator[Finding]:
+    for error in exc.errors(include_url=False):
+        loc = tuple(p for p in error["loc"] if p != "[key]")
+        _, clean = _walk(root, loc)
+        if error["type"] == "extra_forbidden":
+            key = str(loc[-1])
+            model, _ = _walk(root, loc[:-1])
+            valid = list(model.model_fields) if model else []
+            yield Finding((*prefix, *clean), f"unknown key {key!r}; {did_you_mean(key, valid)}")
+        else:
+            yield Finding((*prefix, *clean), _message(error))
