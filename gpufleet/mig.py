@@ -141,52 +141,64 @@ def check(
             )
     chosen = [(geometry.by_name[n], c) for n, c in counts.items() if c]
     desc = layout_str(_layout(counts, geometry))
-    compute = sum(p.compute_slices * c for p, c in chosen)
-    if compute > geometry.compute_slices:
-        return CheckResult(
-            gpu.name,
-            False,
-            reason=f"{desc} need {compute} compute slices; one {gpu.name} has {geometry.compute_slices}",
-        )
-    memory = sum(p.memory_slices * c for p, c in chosen)
-    if memory > geometry.memory_slices:
-        return CheckResult(
-            gpu.name,
-            False,
-            reason=f"{desc} need {memory} memory slices; one {gpu.name} has {geometry.memory_slices}",
-        )
-    media = sum(c for p, c in chosen if p.media_extensions)
-    if media > geometry.media_extension_instances:
-        return CheckResult(
-            gpu.name,
-            False,
-            reason=f"{desc} ask for {media} instances with media extensions; one {gpu.name} has media engines"
-            f" for {geometry.media_extension_instances}",
-        )
     # Largest first (fewest starts first among equals): the search fails fast on impossible layouts.
     instances = sorted(
         (p for p, c in chosen for _ in range(c)), key=lambda p: (-p.memory_slices, len(p.starts), p.name)
     )
     starts, best = _search(instances, geometry)
-    if starts is None:
-        partial = tuple(
-            Placement(p.name, s, p.memory_slices, p.compute_slices) for p, s in zip(instances, best, strict=False)
-        )
-        left = tuple(p.name for p in instances[len(best) :])
-        return CheckResult(
-            gpu.name,
-            False,
-            reason=f"{desc} cannot be placed without overlapping memory slices: after"
-            f" {', '.join(f'{p.profile}@{p.start}' for p in partial) or 'nothing'}, no allowed start is free for"
-            f" {left[0]} (starts {geometry.by_name[left[0]].placement})",
-            partial=partial,
-            unplaced=left,
-        )
-    placements = sorted(
-        (Placement(p.name, s, p.memory_slices, p.compute_slices) for p, s in zip(instances, starts, strict=True)),
-        key=lambda p: p.start,
+    placed = starts if starts is not None else best
+    partial = tuple(
+        Placement(p.name, s, p.memory_slices, p.compute_slices) for p, s in zip(instances, placed, strict=False)
     )
-    return CheckResult(gpu.name, True, tuple(placements))
+    unplaced = tuple(p.name for p in instances[len(placed) :])
+
+    def refuse(reason: str) -> CheckResult:
+        return CheckResult(gpu.name, False, reason=reason, partial=partial, unplaced=unplaced)
+
+    compute = sum(p.compute_slices * c for p, c in chosen)
+    if compute > geometry.compute_slices:
+        return refuse(f"{desc} need {compute} compute slices; one {gpu.name} has {geometry.compute_slices}")
+    memory = sum(p.memory_slices * c for p, c in chosen)
+    if memory > geometry.memory_slices:
+        return refuse(f"{desc} need {memory} memory slices; one {gpu.name} has {geometry.memory_slices}")
+    media = sum(c for p, c in chosen if p.media_extensions)
+    if media > geometry.media_extension_instances:
+        return refuse(
+            f"{desc} ask for {media} instances with media extensions; one {gpu.name} has media engines"
+            f" for {geometry.media_extension_instances}"
+        )
+    if starts is None:
+        done = ", ".join(f"{p.profile}@{p.start}" for p in partial) or "nothing"
+        return refuse(
+            f"{desc} cannot be placed without overlapping memory slices: after {done}, no allowed start is free"
+            f" for {unplaced[0]} (starts {geometry.by_name[unplaced[0]].placement})"
+        )
+    return CheckResult(gpu.name, True, tuple(sorted(partial, key=lambda p: p.start)))
+
+
+def diagram(gpu: Gpu, result: CheckResult) -> list[str]:
+    """The memory slices of one GPU with each instance's span, e.g. for ``3g.40gb x2 + 1g.10gb``::
+
+    memory slice   0   1   2   3   4   5   6   7
+    3g.40gb       [==============]
+    3g.40gb                       [==============]
+    1g.10gb       no free start in {0,1,2,3,4,5,6}:1
+    """
+    assert gpu.mig is not None
+    geometry = gpu.mig
+    width = max([len("memory slice"), *(len(p.profile) for p in (*result.partial, *result.placements))]) + 2
+    width = max(width, *(len(n) + 2 for n in result.unplaced)) if result.unplaced else width
+    lines = [" " * width + "".join(f"{i:<4}" for i in range(geometry.memory_slices)).rstrip()]
+    lines[0] = "memory slice".ljust(width) + lines[0][width:]
+    for p in result.placements or result.partial:
+        bar = "[" + "=" * (4 * p.size - 3) + "]"
+        lines.append(p.profile.ljust(width) + " " * (4 * p.start) + bar)
+    for name in result.unplaced:
+        lines.append(name.ljust(width) + f"no free start in {geometry.by_name[name].placement}")
+    used = sum(p.compute_slices for p in (result.placements or result.partial))
+    used += sum(geometry.by_name[n].compute_slices for n in result.unplaced)
+    lines.append(f"compute slices: {used} of {geometry.compute_slices}")
+    return lines
 
 
 # -- one model: every layout ---------------------------------------------------------------------------------
@@ -281,51 +293,111 @@ def _lp_min_cover(patterns: Sequence[Sequence[int]], demand: Sequence[int]) -> t
     return obj[-1], x
 
 
-def _lower_bound(patterns: Sequence[Sequence[int]], demand: Sequence[int]) -> int:
+def _lower_bound(patterns: Sequence[Sequence[int]], demand: Sequence[int], at_most: int | None = None) -> int:
+    """GPUs any cover of ``demand`` needs: the LP optimum rounded up. With ``at_most``, a cheap bound is tried
+    first and returned when it already exceeds ``at_most`` (the caller only asks "more than at_most?")."""
     if not any(demand):
         return 0
+    if at_most is not None:
+        # each pattern holds at most max_j patterns[j][i] of profile i: a valid (dual-feasible) bound
+        cheap = max(math.ceil(d / max(p[i] for p in patterns)) for i, d in enumerate(demand) if d)
+        if cheap > at_most:
+            return cheap
     value, _ = _lp_min_cover(patterns, demand)
     return math.ceil(value - 1e-7)
 
 
-def _exact_cover(patterns: Sequence[Sequence[int]], demand: tuple[int, ...], order: Sequence[int]) -> list[int]:
-    """Fewest patterns covering ``demand`` (then fewest distinct), by branch and bound: branch on the patterns
-    that cover the demanded profile listed first in ``order``, bound by the LP relaxation."""
-    best: list[int] = []
-    best_key = (math.inf, math.inf)
-    seen: dict[tuple[int, ...], tuple[int, int]] = {}
+def _rounded_cover(
+    patterns: Sequence[Sequence[int]], demand: Sequence[int], x: Sequence[float]
+) -> tuple[list[int], tuple[int, ...]]:
+    """The LP solution rounded down, and the demand it leaves uncovered."""
+    base = [math.floor(v + 1e-9) for v in x]
+    chosen = [j for j, k in enumerate(base) for _ in range(k)]
+    covered = [sum(patterns[j][i] * base[j] for j in range(len(patterns))) for i in range(len(demand))]
+    return chosen, tuple(max(d - c, 0) for d, c in zip(demand, covered, strict=True))
 
-    # a quick first solution: repeatedly the pattern covering the most remaining slices of demand
-    rest, greedy = list(demand), []
+
+def _greedy_cover(patterns: Sequence[Sequence[int]], demand: Sequence[int]) -> list[int]:
+    """Repeatedly the pattern covering the most remaining instances."""
+    rest, chosen = list(demand), []
     while any(rest):
         j = max(range(len(patterns)), key=lambda j: sum(min(a, r) for a, r in zip(patterns[j], rest, strict=True)))
-        greedy.append(j)
+        chosen.append(j)
         rest = [max(r - a, 0) for r, a in zip(rest, patterns[j], strict=True)]
-    best, best_key = greedy, (len(greedy), len(set(greedy)))
+    return chosen
 
-    def dfs(d: tuple[int, ...], chosen: list[int]) -> None:
-        nonlocal best, best_key
-        key = (len(chosen), len(set(chosen)))
+
+def _min_gpus(
+    patterns: Sequence[Sequence[int]], demand: tuple[int, ...], order: Sequence[int], incumbent: list[int]
+) -> list[int]:
+    """Fewest patterns covering ``demand`` (exact), by branch and bound from a known cover: branch on the
+    patterns covering the demanded profile listed first in ``order``, bound by the LP relaxation. Stops as soon
+    as the cover meets the LP bound."""
+    best = list(incumbent)
+    bound = _lower_bound(patterns, demand)
+    seen: dict[tuple[int, ...], int] = {}
+
+    def dfs(d: tuple[int, ...], chosen: list[int]) -> bool:
+        nonlocal best
         if not any(d):
-            if key < best_key:
-                best, best_key = list(chosen), key
-            return
-        if seen.get(d, (math.inf, math.inf)) <= key:
-            return
-        seen[d] = key
-        if len(chosen) + _lower_bound(patterns, d) > best_key[0]:
-            return
+            best = list(chosen)
+            return len(best) <= bound  # proven optimal: stop
+        room = len(best) - 1 - len(chosen)
+        if seen.get(d, math.inf) <= len(chosen) or _lower_bound(patterns, d, at_most=room) > room:
+            return False
+        seen[d] = len(chosen)
         i = next(i for i in order if d[i] > 0)
         candidates = [j for j in range(len(patterns)) if patterns[j][i] > 0]
-        # reuse chosen patterns first (fewer distinct layouts), then those covering the most
-        candidates.sort(key=lambda j: (j not in chosen, -sum(min(a, r) for a, r in zip(patterns[j], d, strict=True))))
+        candidates.sort(key=lambda j: -sum(min(a, r) for a, r in zip(patterns[j], d, strict=True)))
         for j in candidates:
             chosen.append(j)
-            dfs(tuple(max(r - a, 0) for r, a in zip(d, patterns[j], strict=True)), chosen)
+            done = dfs(tuple(max(r - a, 0) for r, a in zip(d, patterns[j], strict=True)), chosen)
             chosen.pop()
+            if done:
+                return True
+        return False
 
-    dfs(demand, [])
+    if len(best) > bound:
+        dfs(demand, [])
     return best
+
+
+def _fewer_layouts(
+    patterns: Sequence[Sequence[int]], demand: tuple[int, ...], order: Sequence[int], incumbent: list[int], budget: int
+) -> tuple[list[int], bool]:
+    """A cover with as many patterns as ``incumbent`` but fewer distinct ones, searched within ``budget``
+    nodes. Returns the best cover and whether the search finished (then the distinct count is proven)."""
+    gpus = len(incumbent)
+    best, best_distinct = list(incumbent), len(set(incumbent))
+    nodes = 0
+
+    def dfs(d: tuple[int, ...], chosen: list[int], used: frozenset[int]) -> None:
+        nonlocal best, best_distinct, nodes
+        nodes += 1
+        if nodes > budget or best_distinct == 1:
+            return
+        if not any(d):
+            if len(used) < best_distinct:
+                best, best_distinct = list(chosen), len(used)
+            return
+        room = gpus - len(chosen)
+        if len(used) + 1 > best_distinct or _lower_bound(patterns, d, at_most=room) > room:
+            return
+        i = next(i for i in order if d[i] > 0)
+        # a new pattern is taken as a whole block of copies: with it, try the most copies first
+        for j in sorted(
+            (j for j in range(len(patterns)) if patterns[j][i] > 0 and j not in used),
+            key=lambda j: -sum(min(a, r) for a, r in zip(patterns[j], d, strict=True)),
+        ):
+            most = gpus - len(chosen)
+            for k in range(most, 0, -1):
+                rest = tuple(max(r - a * k, 0) for r, a in zip(d, patterns[j], strict=True))
+                dfs(rest, chosen + [j] * k, used | {j})
+                if nodes > budget:
+                    return
+
+    dfs(demand, [], frozenset())
+    return best, nodes <= budget
 
 
 @dataclass
@@ -338,6 +410,7 @@ class ModelPack:
     gpus: int
     lower_bound: int
     spare: dict[str, int]  # instances created beyond the demand (the layouts are maximal)
+    layouts_proven: bool = True  # whether no packing on as many GPUs uses fewer distinct layouts
 
     @property
     def gap(self) -> int:
@@ -361,11 +434,15 @@ class FleetPack:
         return self.gpus - self.lower_bound
 
 
-def pack_model(gpu: Gpu, demand: Mapping[str, int], exact_below: int = 64) -> ModelPack:
+def pack_model(
+    gpu: Gpu, demand: Mapping[str, int], exact_below: int = 64, layout_search_nodes: int = 2000
+) -> ModelPack:
     """Cover ``demand`` (profile -> instances) with the fewest GPUs of one model, then the fewest layouts.
 
-    Demands whose lower bound is below ``exact_below`` GPUs are solved exactly; larger ones are the LP
-    solution rounded down plus an exact cover of the remainder, within a few GPUs of the bound."""
+    GPUs: demands whose lower bound is below ``exact_below`` GPUs are solved exactly; larger ones are the LP
+    solution rounded down plus an exact cover of the remainder, within a few GPUs of the bound. Layouts: with
+    the GPU count fixed, a search of at most ``layout_search_nodes`` nodes looks for fewer distinct layouts;
+    ``ModelPack.layouts_proven`` says whether it finished."""
     if gpu.mig is None:
         raise MigError(f"{gpu.name} ({gpu.architecture}) has no MIG")
     for name, count in demand.items():
@@ -384,15 +461,11 @@ def pack_model(gpu: Gpu, demand: Mapping[str, int], exact_below: int = 64) -> Mo
 
     value, x = _lp_min_cover(patterns, d)
     lower = math.ceil(value - 1e-7)
-    if lower < exact_below:
-        chosen = _exact_cover(patterns, d, order)
-    else:
-        base = [math.floor(v + 1e-9) for v in x]
-        covered = [sum(patterns[j][i] * base[j] for j in range(len(patterns))) for i in range(len(wanted))]
-        residual = tuple(max(di - ci, 0) for di, ci in zip(d, covered, strict=True))
-        chosen = [j for j, k in enumerate(base) for _ in range(k)] + (
-            _exact_cover(patterns, residual, order) if any(residual) else []
-        )
+    rounded, residual = _rounded_cover(patterns, d, x)
+    if any(residual):
+        rounded += _min_gpus(patterns, residual, order, _greedy_cover(patterns, residual))
+    chosen = _min_gpus(patterns, d, order, rounded) if lower < exact_below else rounded
+    chosen, layouts_proven = _fewer_layouts(patterns, d, order, chosen, budget=layout_search_nodes)
     uses = Counter(chosen)
     made = Counter()
     for j, k in uses.items():
@@ -406,6 +479,7 @@ def pack_model(gpu: Gpu, demand: Mapping[str, int], exact_below: int = 64) -> Mo
         gpus=len(chosen),
         lower_bound=lower,
         spare=spare,
+        layouts_proven=layouts_proven,
     )
 
 

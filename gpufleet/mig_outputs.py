@@ -12,14 +12,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from io import StringIO
 from typing import Any, Literal
 
-from gpufleet.catalog import Gpu
+from gpufleet.catalog import Catalog, Gpu
 from gpufleet.mig import FleetPack
-from gpufleet.spec.models import MigLayout
+from gpufleet.spec.models import MigLayout, OperatorManagedMig, Stack
 
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 DISABLED_CONFIG = "all-disabled"
@@ -48,25 +48,56 @@ def _entry(gpu: Gpu, devices: str | Sequence[int], profiles: dict[str, int]) -> 
 def mig_parted_config(layouts: Iterable[NamedLayout]) -> dict[str, Any]:
     """One mig-parted ``v1`` config with a named entry per layout (several GPU models may share a name)."""
     configs: dict[str, list[dict[str, Any]]] = {DISABLED_CONFIG: [{"devices": "all", "mig-enabled": False}]}
-    for named in layouts:
+    for named in _unique(layouts):
         entries = configs.setdefault(named.name, [])
         for group in named.layout.devices:
             entries.append(_entry(named.gpu, group.gpus, dict(group.profiles)))
     return {"version": "v1", "mig-configs": configs}
 
 
-def packed_layouts(result: FleetPack, catalog_gpu: dict[str, Gpu]) -> list[tuple[NamedLayout, int]]:
-    """The layouts of a packing as named mig-parted configs (``<model>-<n>``, most used first), with the
-    number of GPUs each one is for."""
+def stack_layouts(stack: Stack, catalog: Catalog) -> tuple[list[NamedLayout], list[NamedLayout]]:
+    """The mig-parted layouts a stack asks for: (AKS pools with operator-managed MIG, bare-metal host groups)."""
+    pools: list[NamedLayout] = []
+    if stack.aks is not None:
+        for pool in stack.aks.gpu_pools:
+            if isinstance(pool.mig, OperatorManagedMig):
+                size = catalog.vm_size(pool.vm_size)
+                assert size is not None, "needs a validated stack"
+                pools.append(NamedLayout(pool.mig.config_name, catalog.gpu(size.gpu), pool.mig))
+    hosts: list[NamedLayout] = []
+    if stack.baremetal is not None:
+        for group in stack.baremetal.host_groups:
+            if group.mig is not None and group.gpu_model is not None:
+                hosts.append(NamedLayout(group.mig.config_name, catalog.gpu(group.gpu_model), group.mig))
+    return pools, hosts
+
+
+def _unique(layouts: Iterable[NamedLayout]) -> list[NamedLayout]:
+    """Layouts shared by several pools (same name, same model) appear once in a config."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for named in layouts:
+        if (named.name, named.gpu.name) not in seen:
+            seen.add((named.name, named.gpu.name))
+            out.append(named)
+    return out
+
+
+def packed_config_name(gpu: str, index: int) -> str:
+    """The mig-parted config name of a packing's ``index``-th layout (1-based) for a model."""
+    return f"{gpu.lower()}-{index}"
+
+
+def packed_layouts(result: FleetPack, gpus: Mapping[str, Gpu]) -> list[NamedLayout]:
+    """The layouts of a packing as named mig-parted configs (each applied to all GPUs of a node)."""
     from gpufleet.spec.models import MigDeviceGroup
 
     out = []
     for model in result.models:
-        gpu = catalog_gpu[model.gpu]
-        for i, (layout, gpus) in enumerate(model.layouts, start=1):
-            name = f"{gpu.name.lower()}-{i}"
+        for i, (layout, _) in enumerate(model.layouts, start=1):
+            name = packed_config_name(model.gpu, i)
             group = MigDeviceGroup(gpus="all", profiles=dict(layout))
-            out.append((NamedLayout(name, gpu, MigLayout(config_name=name, devices=[group])), gpus))
+            out.append(NamedLayout(name, gpus[model.gpu], MigLayout(config_name=name, devices=[group])))
     return out
 
 

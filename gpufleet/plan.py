@@ -12,7 +12,7 @@ from fractions import Fraction
 from typing import Any
 
 from gpufleet.catalog import Catalog, Gpu, VmSize
-from gpufleet.mig_outputs import aks_instances, cluster_strategy, node_mig
+from gpufleet.mig_outputs import aks_instances, cluster_strategy, mig_parted_config, node_mig, stack_layouts
 from gpufleet.spec.models import AksManagedMig, GpuPool, MigDeviceGroup, MigLayout, OperatorManagedMig, Stack
 
 POOL_LABEL = "gpufleet.io/pool"
@@ -163,9 +163,17 @@ def plan_stack(stack: Stack, catalog: Catalog) -> StackPlan:
             plan.pools.append(_pool_plan(pool, size, catalog.gpu(size.gpu), operator_driver))
         operator_pools = [p for p in plan.pools if p.mig and p.mig["managed_by"] == "operator"]
         plan.cluster["mig_strategy"] = cluster_strategy(p.mig["strategy"] for p in operator_pools)
+    pool_layouts, host_layouts = stack_layouts(stack, catalog)
+    if plan.cluster is not None:
+        # the GPU Operator's migManager.config: one mig-parted config for the cluster
+        plan.cluster["mig_parted_config"] = mig_parted_config(pool_layouts) if pool_layouts else None
     if stack.baremetal is not None:
         bm = stack.baremetal
-        plan.baremetal = {"inventory": bm.inventory, "rollout": bm.rollout.model_dump()}
+        plan.baremetal = {
+            "inventory": bm.inventory,
+            "rollout": bm.rollout.model_dump(),
+            "mig_parted_config": mig_parted_config(host_layouts) if host_layouts else None,
+        }
         for group in bm.host_groups:
             gpu = catalog.gpu(group.gpu_model) if group.gpu_model else None
             profile = stack.tuning_profile(group.tuning_profile)

@@ -32,7 +32,8 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-def _fail(message: str) -> PydanticCustomError:
+def invalid(message: str) -> PydanticCustomError:
+    """A validation error whose message is shown as written (the loader places it at file:line)."""
     return PydanticCustomError("gpufleet", message)
 
 
@@ -42,12 +43,12 @@ def _quoted_version(pattern: str, example: str) -> Any:
 
     def check(v: Any) -> str:
         if isinstance(v, bool) or not isinstance(v, str | int | float):
-            raise _fail(f"expected a version string like {example!r}")
+            raise invalid(f"expected a version string like {example!r}")
         if isinstance(v, float):
-            raise _fail(f"write the version as a quoted string, e.g. {example!r}: YAML reads {v!r} as a number")
+            raise invalid(f"write the version as a quoted string, e.g. {example!r}: YAML reads {v!r} as a number")
         v = str(v)
         if not regex.fullmatch(v):
-            raise _fail(f"{v!r} is not a version like {example!r}")
+            raise invalid(f"{v!r} is not a version like {example!r}")
         return v
 
     return PlainValidator(check, json_schema_input_type=str)
@@ -65,9 +66,9 @@ LABEL_VALUE_RE = re.compile(rf"({_LABEL_NAME})?")
 
 def _label_value(v: str) -> str:
     if not isinstance(v, str):
-        raise _fail("expected a string")
+        raise invalid("expected a string")
     if len(v) > 63 or not LABEL_VALUE_RE.fullmatch(v):
-        raise _fail(
+        raise invalid(
             f"{v!r} is not a Kubernetes label value (at most 63 characters: letters, digits, '-', '_', '.',"
             " beginning and ending with a letter or digit)"
         )
@@ -82,12 +83,12 @@ _TAINT_RE = re.compile(rf"(?P<key>({_LABEL_PREFIX}/)?{_LABEL_NAME})(=(?P<value>{
 
 def _taint(v: Any) -> str:
     if not isinstance(v, str):
-        raise _fail("expected a taint string 'key=value:Effect'")
+        raise invalid("expected a taint string 'key=value:Effect'")
     m = _TAINT_RE.fullmatch(v)
     if not m:
-        raise _fail(f"{v!r} is not a taint 'key=value:Effect' (e.g. 'sku=gpu:NoSchedule')")
+        raise invalid(f"{v!r} is not a taint 'key=value:Effect' (e.g. 'sku=gpu:NoSchedule')")
     if m["effect"] not in TAINT_EFFECTS:
-        raise _fail(f"taint effect {m['effect']!r} is not one of {', '.join(TAINT_EFFECTS)}")
+        raise invalid(f"taint effect {m['effect']!r} is not one of {', '.join(TAINT_EFFECTS)}")
     return v
 
 
@@ -96,7 +97,7 @@ Taint = Annotated[str, PlainValidator(_taint, json_schema_input_type=str)]
 
 def _zone(v: Any) -> str:
     if isinstance(v, bool) or str(v) not in ("1", "2", "3"):
-        raise _fail(f"{v!r} is not an Azure availability zone; valid: '1', '2', '3'")
+        raise invalid(f"{v!r} is not an Azure availability zone; valid: '1', '2', '3'")
     return str(v)
 
 
@@ -106,9 +107,9 @@ Zone = Annotated[str, PlainValidator(_zone, json_schema_input_type=str)]
 def _percent_or_count(v: Any) -> str:
     text = str(v)
     if isinstance(v, bool) or not re.fullmatch(r"([1-9]\d*|0)%?", text):
-        raise _fail(f"{v!r} is not a node count (e.g. 1) or a percentage (e.g. '33%')")
+        raise invalid(f"{v!r} is not a node count (e.g. 1) or a percentage (e.g. '33%')")
     if text.endswith("%") and int(text[:-1]) > 100:
-        raise _fail(f"{v!r} is above 100%")
+        raise invalid(f"{v!r} is above 100%")
     return text
 
 
@@ -119,7 +120,7 @@ def _cidr(v: Any) -> str:
     try:
         return str(ipaddress.ip_network(str(v), strict=True))
     except ValueError as exc:
-        raise _fail(f"{v!r} is not a CIDR block: {exc}") from None
+        raise invalid(f"{v!r} is not a CIDR block: {exc}") from None
 
 
 Cidr = Annotated[str, PlainValidator(_cidr, json_schema_input_type=str)]
@@ -136,9 +137,9 @@ def matching(pattern: str, what: str) -> Any:
 
     def check(v: Any) -> str:
         if not isinstance(v, str):
-            raise _fail(f"expected a string: {what}")
+            raise invalid(f"expected a string: {what}")
         if not regex.fullmatch(v):
-            raise _fail(f"{v!r} is not valid: {what}")
+            raise invalid(f"{v!r} is not valid: {what}")
         return v
 
     return PlainValidator(check, json_schema_input_type=str)
@@ -180,7 +181,7 @@ class TuningProfile(StrictModel):
     @model_validator(mode="after")
     def _one_hugepage_basis(self) -> TuningProfile:
         if self.hugepages_1g_per_gpu and self.hugepages_1g_per_node:
-            raise _fail("set hugepages_1g_per_gpu or hugepages_1g_per_node, not both")
+            raise invalid("set hugepages_1g_per_gpu or hugepages_1g_per_node, not both")
         return self
 
 
@@ -198,7 +199,7 @@ class PoolTuning(StrictModel):
     @model_validator(mode="after")
     def _topology_needs_static(self) -> PoolTuning:
         if self.topology_manager_policy in ("restricted", "single-numa-node") and (self.cpu_manager_policy != "static"):
-            raise _fail(
+            raise invalid(
                 f"topology_manager_policy {self.topology_manager_policy!r} aligns CPUs only with"
                 " cpu_manager_policy 'static'"
             )
@@ -216,11 +217,11 @@ def _gpus_selector(v: Any) -> str | tuple[int, ...]:
         return "all"
     if isinstance(v, list | tuple) and v and all(isinstance(i, int) and not isinstance(i, bool) for i in v):
         if any(i < 0 for i in v):
-            raise _fail("GPU indices start at 0")
+            raise invalid("GPU indices start at 0")
         if len(set(v)) != len(v):
-            raise _fail("a GPU index is listed twice")
+            raise invalid("a GPU index is listed twice")
         return tuple(v)
-    raise _fail("expected 'all' or a non-empty list of GPU indices, e.g. [0, 1]")
+    raise invalid("expected 'all' or a non-empty list of GPU indices, e.g. [0, 1]")
 
 
 GpuSelector = Annotated[
@@ -246,13 +247,13 @@ class MigLayout(StrictModel):
     @model_validator(mode="after")
     def _groups_disjoint(self) -> MigLayout:
         if len(self.devices) > 1 and any(g.gpus == "all" for g in self.devices):
-            raise _fail("a device group with gpus: all must be the only group")
+            raise invalid("a device group with gpus: all must be the only group")
         seen: set[int] = set()
         for group in self.devices:
             if group.gpus == "all":
                 continue
             if overlap := seen & set(group.gpus):
-                raise _fail(f"GPU {sorted(overlap)[0]} is in two device groups")
+                raise invalid(f"GPU {sorted(overlap)[0]} is in two device groups")
             seen |= set(group.gpus)
         return self
 
@@ -289,7 +290,7 @@ class Spot(StrictModel):
     @classmethod
     def _price(cls, v: float) -> float:
         if v != -1 and (v <= 0 or round(v, 5) != v):
-            raise _fail("max_price is -1 (up to on-demand) or a positive price with at most 5 decimals")
+            raise invalid("max_price is -1 (up to on-demand) or a positive price with at most 5 decimals")
         return v
 
 
@@ -303,7 +304,7 @@ class Upgrade(StrictModel):
     @model_validator(mode="after")
     def _exactly_one(self) -> Upgrade:
         if (self.max_surge is None) == (self.max_unavailable is None):
-            raise _fail("set exactly one of max_surge or max_unavailable")
+            raise invalid("set exactly one of max_surge or max_unavailable")
         return self
 
 
@@ -316,9 +317,9 @@ class Sharing(StrictModel):
     @model_validator(mode="after")
     def _replicas(self) -> Sharing:
         if self.mode == "none" and self.replicas is not None:
-            raise _fail("replicas applies only to mode 'time-slicing' or 'mps'")
+            raise invalid("replicas applies only to mode 'time-slicing' or 'mps'")
         if self.mode != "none" and self.replicas is None:
-            raise _fail(f"mode {self.mode!r} needs replicas (2-64): how many pods share one GPU")
+            raise invalid(f"mode {self.mode!r} needs replicas (2-64): how many pods share one GPU")
         return self
 
 
@@ -347,7 +348,7 @@ class GpuPool(StrictModel):
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
             if len(key) > 316 or not LABEL_KEY_RE.fullmatch(key):
-                raise _fail(f"{key!r} is not a Kubernetes label key")
+                raise invalid(f"{key!r} is not a Kubernetes label key")
             _label_value(value)
         return v
 
@@ -398,18 +399,18 @@ class Network(StrictModel):
     def _shape(self) -> Network:
         new = self.vnet_cidr is not None or self.subnet_cidr is not None
         if new and self.existing_subnet_id:
-            raise _fail("give vnet_cidr + subnet_cidr (a new network) or existing_subnet_id, not both")
+            raise invalid("give vnet_cidr + subnet_cidr (a new network) or existing_subnet_id, not both")
         if not new and not self.existing_subnet_id:
-            raise _fail("give vnet_cidr + subnet_cidr (a new network) or existing_subnet_id")
+            raise invalid("give vnet_cidr + subnet_cidr (a new network) or existing_subnet_id")
         if new:
             if self.vnet_cidr is None or self.subnet_cidr is None:
-                raise _fail("a new network needs both vnet_cidr and subnet_cidr")
+                raise invalid("a new network needs both vnet_cidr and subnet_cidr")
             vnet, subnet = ipaddress.ip_network(self.vnet_cidr), ipaddress.ip_network(self.subnet_cidr)
             if not subnet.subnet_of(vnet):  # type: ignore[arg-type]
-                raise _fail(f"subnet_cidr {subnet} is not inside vnet_cidr {vnet}")
+                raise invalid(f"subnet_cidr {subnet} is not inside vnet_cidr {vnet}")
         service = ipaddress.ip_network(self.service_cidr)
         if self.dns_service_ip not in service:
-            raise _fail(f"dns_service_ip {self.dns_service_ip} is not inside service_cidr {service}")
+            raise invalid(f"dns_service_ip {self.dns_service_ip} is not inside service_cidr {service}")
         return self
 
 
@@ -427,9 +428,9 @@ class Security(StrictModel):
     @model_validator(mode="after")
     def _coherent(self) -> Security:
         if self.workload_identity and not self.oidc_issuer:
-            raise _fail("workload_identity needs oidc_issuer: true")
+            raise invalid("workload_identity needs oidc_issuer: true")
         if not self.entra_rbac and not self.local_accounts:
-            raise _fail("with entra_rbac and local_accounts both off, nobody can sign in to the cluster")
+            raise invalid("with entra_rbac and local_accounts both off, nobody can sign in to the cluster")
         return self
 
 
@@ -479,7 +480,7 @@ class HostGroup(StrictModel):
     @model_validator(mode="after")
     def _gpu_fields(self) -> HostGroup:
         if self.gpu_model is None and (self.gpus_per_host is not None or self.mig is not None):
-            raise _fail("gpus_per_host and mig need gpu_model")
+            raise invalid("gpus_per_host and mig need gpu_model")
         return self
 
 
@@ -488,7 +489,7 @@ def _serial(v: Any) -> int | str:
         return v
     if isinstance(v, str) and re.fullmatch(r"([1-9]\d?|100)%", v):
         return v
-    raise _fail(f"{v!r} is not a batch size: a number of hosts >= 1 or a percentage such as '25%'")
+    raise invalid(f"{v!r} is not a batch size: a number of hosts >= 1 or a percentage such as '25%'")
 
 
 class Rollout(StrictModel):
@@ -528,7 +529,7 @@ class Stack(StrictModel):
     @model_validator(mode="after")
     def _something_to_build(self) -> Stack:
         if self.aks is None and self.baremetal is None:
-            raise _fail("a stack describes an AKS cluster (aks), bare-metal hosts (baremetal), or both")
+            raise invalid("a stack describes an AKS cluster (aks), bare-metal hosts (baremetal), or both")
         return self
 
     @property

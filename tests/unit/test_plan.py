@@ -63,7 +63,11 @@ def test_bare_metal_plan_resolves_the_tuning_profile(catalog):
     (group,) = plan.host_groups
     assert group.gpu_model is None and group.tuning_profile == "lab"
     assert group.tuning["hugepages_1g_per_node"] == 1
-    assert plan.baremetal == {"inventory": "inventories/lab-local", "rollout": {"serial": 2, "max_fail_percentage": 50}}
+    assert plan.baremetal == {
+        "inventory": "inventories/lab-local",
+        "rollout": {"serial": 2, "max_fail_percentage": 50},
+        "mig_parted_config": None,
+    }
 
 
 def test_fractional_gpu_sizes(catalog):

@@ -1,0 +1,131 @@
+"""A fleet-wide MIG demand file (input of ``gpufleet mig pack``), validated like stack files.
+
+```yaml
+demand:
+  - gpu: H100-SXM5-80GB              # catalog name, PCI id or nvidia-smi name
+    profiles: {1g.10gb: 300, 3g.40gb: 120}
+  - gpu: NVIDIA A100-SXM4-40GB
+    memory:                          # N instances with at least X GiB usable each
+      - {count: 50, min_gib: 18}
+```
+
+A memory demand becomes instances of the cheapest profile (fewest memory slices, then compute slices) whose
+usable memory is at least ``min_gib`` (NVIDIA's published figure, or a conservative estimate: see
+:func:`gpufleet.mig.usable_gib`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+from typing import Annotated
+
+from pydantic import Field, ValidationError, model_validator
+
+from gpufleet.catalog import Catalog, Gpu
+from gpufleet.diagnostics import Diagnostic, Finding, did_you_mean
+from gpufleet.mig import MigError, profile_for_memory, usable_gib
+from gpufleet.spec.models import StrictModel, invalid
+from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
+
+
+class MemoryDemand(StrictModel):
+    count: int = Field(ge=1)
+    min_gib: float = Field(gt=0)
+
+
+class DemandEntry(StrictModel):
+    gpu: str
+    profiles: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    memory: list[MemoryDemand] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _something(self) -> DemandEntry:
+        if not self.profiles and not self.memory:
+            raise invalid("give profiles (instances per profile) or memory (instances with at least N GiB)")
+        return self
+
+
+class DemandFile(StrictModel):
+    demand: list[DemandEntry] = Field(min_length=1)
+
+
+@dataclass
+class ModelDemand:
+    """One GPU model's demand, in instances per profile, with how memory demands were translated."""
+
+    gpu: Gpu
+    profiles: Counter[str] = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LoadedDemand:
+    file: str
+    models: list[ModelDemand]
+    diagnostics: list[Diagnostic]
+
+    @property
+    def ok(self) -> bool:
+        return not self.diagnostics
+
+
+def _resolve(parsed: DemandFile, catalog: Catalog) -> tuple[list[ModelDemand], list[Finding]]:
+    findings: list[Finding] = []
+    models: dict[str, ModelDemand] = {}
+    for i, entry in enumerate(parsed.demand):
+        path = ("demand", i)
+        gpu = catalog.find_gpu(entry.gpu)
+        if gpu is None:
+            names = [g.name for g in catalog.gpus]
+            findings.append(Finding((*path, "gpu"), f"unknown GPU {entry.gpu!r}; {did_you_mean(entry.gpu, names, 30)}"))
+            continue
+        if gpu.mig is None:
+            findings.append(Finding((*path, "gpu"), catalog.no_mig_reason(gpu)))
+            continue
+        model = models.setdefault(gpu.name, ModelDemand(gpu))
+        for name, count in entry.profiles.items():
+            if gpu.mig.profile(name) is None:
+                owners = catalog.mig_profile_owners(name)
+                where = f" (it is a profile of {', '.join(owners)})" if owners else ""
+                findings.append(
+                    Finding(
+                        (*path, "profiles", name),
+                        f"{name!r} is not a MIG profile of {gpu.name}{where}; "
+                        + did_you_mean(name, gpu.mig.by_name, limit=20),
+                    )
+                )
+            else:
+                model.profiles[name] += count
+        for j, want in enumerate(entry.memory):
+            try:
+                profile = profile_for_memory(gpu, want.min_gib)
+            except MigError as exc:
+                findings.append(Finding((*path, "memory", j, "min_gib"), str(exc)))
+                continue
+            model.profiles[profile.name] += want.count
+            gib, published = usable_gib(gpu, profile)
+            basis = "" if published else ", estimated: NVIDIA publishes no figure"
+            model.notes.append(f"{want.count} x >= {want.min_gib:g} GiB -> {profile.name} ({gib:g} GiB usable{basis})")
+    return list(models.values()), findings
+
+
+def load_demand(path: str | FsPath, catalog: Catalog) -> LoadedDemand:
+    """Read and validate a demand file; every error as ``file:line: key.path: message``."""
+    file = str(path)
+    doc, errors = read_yaml(file)
+    if errors:
+        return LoadedDemand(file, [], errors)
+    locator = Locator(doc)
+    if not isinstance(doc, dict):
+        return LoadedDemand(file, [], [Diagnostic(file, 1, "", "a demand file is a mapping with a 'demand:' list")])
+    findings: list[Finding] = []
+    try:
+        parsed = DemandFile.model_validate(plain(doc))
+    except ValidationError as exc:
+        findings.extend(findings_from_validation(exc, DemandFile))
+        return LoadedDemand(file, [], located(findings, locator, file))
+    models, findings = _resolve(parsed, catalog)
+    diagnostics = located(findings, locator, file)
+    return LoadedDemand(file, models if not diagnostics else [], diagnostics)
