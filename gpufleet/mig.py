@@ -253,10 +253,10 @@ def _maximal(gpu: Gpu, only: frozenset[str] | None) -> tuple[Layout, ...]:
 # -- fleet packing -------------------------------------------------------------------------------------------
 
 
-def _lp_min_cover(patterns: Sequence[Sequence[int]], demand: Sequence[int]) -> tuple[float, list[float]]:
+def _lp_min_cover(patterns: Sequence[Sequence[int]], demand: Sequence[int]) -> tuple[float, list[float], list[float]]:
     """min sum(x) s.t. sum_j patterns[j][i] * x_j >= demand[i], x >= 0, solved as its dual
-    (max d.y s.t. patterns[j].y <= 1, y >= 0) by the simplex method with Bland's rule. Returns the optimum and
-    the primal x (read from the dual's reduced costs)."""
+    (max d.y s.t. patterns[j].y <= 1, y >= 0) by the simplex method with Bland's rule. Returns the optimum,
+    the primal x (read from the dual's reduced costs) and the dual y."""
     m, n = len(demand), len(patterns)
     eps = 1e-9
     # rows: one per pattern; columns: y_0..y_{m-1}, slack_0..slack_{n-1}, rhs
@@ -290,21 +290,43 @@ def _lp_min_cover(patterns: Sequence[Sequence[int]], demand: Sequence[int]) -> t
         obj[:] = [a - f * b for a, b in zip(obj, pivot, strict=True)]
         basis[best_row] = col
     x = [max(obj[m + j], 0.0) for j in range(n)]
-    return obj[-1], x
+    y = [0.0] * m
+    for r, col in enumerate(basis):
+        if col < m:
+            y[col] = rows[r][-1]
+    return obj[-1], x, y
 
 
-def _lower_bound(patterns: Sequence[Sequence[int]], demand: Sequence[int], at_most: int | None = None) -> int:
-    """GPUs any cover of ``demand`` needs: the LP optimum rounded up. With ``at_most``, a cheap bound is tried
-    first and returned when it already exceeds ``at_most`` (the caller only asks "more than at_most?")."""
-    if not any(demand):
-        return 0
-    if at_most is not None:
-        # each pattern holds at most max_j patterns[j][i] of profile i: a valid (dual-feasible) bound
-        cheap = max(math.ceil(d / max(p[i] for p in patterns)) for i, d in enumerate(demand) if d)
-        if cheap > at_most:
-            return cheap
-    value, _ = _lp_min_cover(patterns, demand)
-    return math.ceil(value - 1e-7)
+class _Bounds:
+    """Lower bounds on the GPUs covering a (sub-)demand.
+
+    Every dual solution y of the covering LP satisfies patterns[j].y <= 1 whatever the demand, so d.y bounds the
+    LP optimum of *any* demand d (weak duality). Keeping the duals of the LPs solved so far makes most bounds an
+    O(profiles) product; the LP itself runs only when none of them settles the question."""
+
+    def __init__(self, patterns: Sequence[Sequence[int]]) -> None:
+        self.patterns = patterns
+        self.most = [max(p[i] for p in patterns) for i in range(len(patterns[0]))]
+        self.duals: list[list[float]] = []
+
+    def lp(self, demand: Sequence[int]) -> tuple[float, list[float]]:
+        value, x, y = _lp_min_cover(self.patterns, demand)
+        self.duals = [y, *self.duals[:15]]
+        return value, x
+
+    def lower(self, demand: Sequence[int], at_most: int | None = None) -> int:
+        """GPUs any cover of ``demand`` needs (the LP optimum rounded up). With ``at_most``, cheaper valid bounds
+        are returned as soon as one exceeds it (the caller only asks "more than at_most?")."""
+        if not any(demand):
+            return 0
+        if at_most is not None:
+            cheap = max(math.ceil(d / self.most[i]) for i, d in enumerate(demand) if d)
+            for y in self.duals:
+                cheap = max(cheap, math.ceil(sum(d * v for d, v in zip(demand, y, strict=True)) - 1e-7))
+            if cheap > at_most:
+                return cheap
+        value, _ = self.lp(demand)
+        return math.ceil(value - 1e-7)
 
 
 def _rounded_cover(
@@ -327,14 +349,13 @@ def _greedy_cover(patterns: Sequence[Sequence[int]], demand: Sequence[int]) -> l
     return chosen
 
 
-def _min_gpus(
-    patterns: Sequence[Sequence[int]], demand: tuple[int, ...], order: Sequence[int], incumbent: list[int]
-) -> list[int]:
+def _min_gpus(bounds: _Bounds, demand: tuple[int, ...], order: Sequence[int], incumbent: list[int]) -> list[int]:
     """Fewest patterns covering ``demand`` (exact), by branch and bound from a known cover: branch on the
     patterns covering the demanded profile listed first in ``order``, bound by the LP relaxation. Stops as soon
     as the cover meets the LP bound."""
+    patterns = bounds.patterns
     best = list(incumbent)
-    bound = _lower_bound(patterns, demand)
+    bound = bounds.lower(demand)
     seen: dict[tuple[int, ...], int] = {}
 
     def dfs(d: tuple[int, ...], chosen: list[int]) -> bool:
@@ -343,7 +364,7 @@ def _min_gpus(
             best = list(chosen)
             return len(best) <= bound  # proven optimal: stop
         room = len(best) - 1 - len(chosen)
-        if seen.get(d, math.inf) <= len(chosen) or _lower_bound(patterns, d, at_most=room) > room:
+        if seen.get(d, math.inf) <= len(chosen) or bounds.lower(d, at_most=room) > room:
             return False
         seen[d] = len(chosen)
         i = next(i for i in order if d[i] > 0)
@@ -363,10 +384,11 @@ def _min_gpus(
 
 
 def _fewer_layouts(
-    patterns: Sequence[Sequence[int]], demand: tuple[int, ...], order: Sequence[int], incumbent: list[int], budget: int
+    bounds: _Bounds, demand: tuple[int, ...], order: Sequence[int], incumbent: list[int], budget: int
 ) -> tuple[list[int], bool]:
     """A cover with as many patterns as ``incumbent`` but fewer distinct ones, searched within ``budget``
     nodes. Returns the best cover and whether the search finished (then the distinct count is proven)."""
+    patterns = bounds.patterns
     gpus = len(incumbent)
     best, best_distinct = list(incumbent), len(set(incumbent))
     nodes = 0
@@ -381,7 +403,7 @@ def _fewer_layouts(
                 best, best_distinct = list(chosen), len(used)
             return
         room = gpus - len(chosen)
-        if len(used) + 1 > best_distinct or _lower_bound(patterns, d, at_most=room) > room:
+        if len(used) + 1 > best_distinct or bounds.lower(d, at_most=room) > room:
             return
         i = next(i for i in order if d[i] > 0)
         # a new pattern is taken as a whole block of copies: with it, try the most copies first
@@ -459,13 +481,14 @@ def pack_model(
     # branch on the biggest instances first: they have the fewest ways to be placed
     order = sorted(range(len(wanted)), key=lambda i: -gpu.mig.by_name[wanted[i]].memory_slices)
 
-    value, x = _lp_min_cover(patterns, d)
+    bounds = _Bounds(patterns)
+    value, x = bounds.lp(d)
     lower = math.ceil(value - 1e-7)
     rounded, residual = _rounded_cover(patterns, d, x)
     if any(residual):
-        rounded += _min_gpus(patterns, residual, order, _greedy_cover(patterns, residual))
-    chosen = _min_gpus(patterns, d, order, rounded) if lower < exact_below else rounded
-    chosen, layouts_proven = _fewer_layouts(patterns, d, order, chosen, budget=layout_search_nodes)
+        rounded += _min_gpus(bounds, residual, order, _greedy_cover(patterns, residual))
+    chosen = _min_gpus(bounds, d, order, rounded) if lower < exact_below else rounded
+    chosen, layouts_proven = _fewer_layouts(bounds, d, order, chosen, budget=layout_search_nodes)
     uses = Counter(chosen)
     made = Counter()
     for j, k in uses.items():

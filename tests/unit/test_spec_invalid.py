@@ -1,16 +1,13 @@
 """Every file in tests/fixtures/invalid/ breaks one rule (or several, for 'all errors at once').
 
-A fixture marks each line where an error must be reported with a trailing comment
-``#! <key.path>: <fragment of the message>``; a line may carry several markers. The diagnostics of the file
+Each fixture marks the lines where errors must be reported (see tests/markers.py); the diagnostics of the file
 must match the markers exactly: same line, same key path, a message containing the fragment, nothing else.
-An optional first-lines comment ``# today: YYYY-MM-DD`` pins the date the rules see (retirements).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,21 +15,14 @@ from pathlib import Path
 import pytest
 
 from gpufleet.spec import load_stack
+from tests import markers
 from tests.conftest import FIXTURES, TODAY
 
 INVALID = sorted((FIXTURES / "invalid").glob("*.yaml"))
-MARK = re.compile(r"#!\s*(?P<path>.*?):\s+(?P<fragment>.+?)\s*(?=#!|$)")
 
 
 def expectations(path: Path) -> tuple[list[tuple[int, str, str]], dt.date]:
-    expected, today = [], TODAY
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
-        if m := re.match(r"# today: (\d{4}-\d{2}-\d{2})", line):
-            today = dt.date.fromisoformat(m[1])
-        if "#!" in line:
-            for m in MARK.finditer(line[line.index("#!") :]):
-                expected.append((lineno, m["path"].strip(), m["fragment"]))
-    return expected, today
+    return markers.expectations(path, TODAY)
 
 
 def test_there_is_a_fixture_per_rule():
@@ -47,13 +37,7 @@ def test_invalid_fixture_reports_expected_errors(path: Path):
     expected, today = expectations(path)
     result = load_stack(path, today=today)
     assert not result.ok and result.stack is None
-    got = [(d.line, d.path, d.message) for d in result.diagnostics]
-    unmatched = list(got)
-    for line, key_path, fragment in expected:
-        hit = next((g for g in unmatched if g[0] == line and g[1] == key_path and fragment in g[2]), None)
-        assert hit, f"expected {path.name}:{line}: {key_path}: …{fragment}… — got:\n" + "\n".join(map(str, got))
-        unmatched.remove(hit)
-    assert not unmatched, f"unexpected extra diagnostics in {path.name}: {unmatched}"
+    markers.assert_matches(path, expected, result.diagnostics)
     for d in result.diagnostics:
         assert str(d).startswith(f"{path}:{d.line}: ")
 
