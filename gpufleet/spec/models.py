@@ -176,6 +176,11 @@ class TuningProfile(StrictModel):
     hugepages_1g_per_node: int = Field(0, ge=0, le=4096)
     hugepages_2m_per_node: int = Field(0, ge=0, le=1_048_576)
     vfs_per_nic: int = Field(0, ge=0, le=256, description="SR-IOV virtual functions per capable device")
+    sriov_device_classes: list[Literal["ethernet", "infiniband", "nvme"]] = Field(
+        default_factory=lambda: ["ethernet", "infiniband"],
+        min_length=1,
+        description="which SR-IOV capable devices get vfs_per_nic VFs (nvme: NVMe controllers, as in the lab)",
+    )
     isolation: bool = Field(False, description="isolcpus/nohz_full/rcu_nocbs for the GPU cores")
 
     @model_validator(mode="after")

@@ -1,0 +1,432 @@
+"""The NUMA planner: from a host's topology facts and a tuning profile, the whole tuning plan. Pure, no I/O.
+
+Input: the facts :func:`gpufleet.hostfacts.read_host` returns (the Ansible module ``gpu_topology`` returns the
+same), and a :class:`~gpufleet.spec.models.TuningProfile`. Output: a :class:`TopologyPlan` with
+
+- per GPU: whole physical cores (SMT siblings together) on the GPU's NUMA node, no CPU shared between GPUs,
+  and the nearest NIC(s);
+- reserved system CPUs (the first cores of each NUMA node, disjoint from the GPU sets) and, with isolation,
+  isolated CPUs;
+- hugepages per NUMA node and size, never more than the node's memory minus a reserve;
+- kernel arguments (1 GiB hugepages at boot in the per-node form ``hugepages=0:N,1:M`` on kernels >= 5.16,
+  IOMMU for SR-IOV, isolation);
+- a KubeletConfiguration fragment whose memory-manager ``reservedMemory`` sums exactly to kube-reserved +
+  system-reserved + eviction-hard (the kubelet refuses to start otherwise);
+- irqbalance's banned CPU list and systemd's ``CPUAffinity`` for system services;
+- SR-IOV VFs per device (never above ``sriov_totalvfs``) and the SR-IOV network device plugin's ``resourceList``;
+- Slurm ``gres.conf`` lines.
+
+Inputs that cannot work raise :class:`TopologyError` naming the host and the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpufleet.hostfacts import format_cpulist
+from gpufleet.spec.models import TuningProfile
+
+MIB_PER_GIB = 1024
+HUGEPAGE_1G_KIB = 1048576
+HUGEPAGE_2M_KIB = 2048
+# A NUMA node keeps this much ordinary memory when hugepages are set aside: max(512 MiB, 10% of the node).
+NODE_RESERVE_MIN_MIB = 512
+NODE_RESERVE_FRACTION = 0.10
+# The kubelet's default hard eviction threshold for memory.
+EVICTION_HARD_MEMORY_MIB = 100
+PER_NODE_HUGEPAGES_KERNEL = (5, 16)  # hugepages=<node>:<count>,... on the kernel command line
+SRIOV_CLASSES = {"ethernet": "0200", "infiniband": "0207", "nvme": "0108"}
+
+
+class TopologyError(ValueError):
+    """A profile that cannot work on a host; the message names the host and the reason."""
+
+    def __init__(self, host: str, reason: str) -> None:
+        self.host, self.reason = host, reason
+        super().__init__(f"host {host}: {reason}")
+
+
+@dataclass
+class GpuAssignment:
+    index: int  # /dev/nvidia<index>: PCI bus order
+    pci: str
+    model: str | None
+    numa_node: int | None
+    cpus: list[int]
+    nics: list[str]
+    hugepages_1g: int = 0
+
+
+@dataclass
+class NodePlan:
+    id: int
+    cpus: list[int]
+    memory_mib: int
+    cores: int
+    reserved_cpus: list[int] = field(default_factory=list)
+    gpus: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TopologyPlan:
+    host: str
+    cpu_vendor: str | None
+    kernel: str | None
+    smt: bool
+    numa_nodes: list[NodePlan]
+    gpus: list[GpuAssignment]
+    reserved_cpus: list[int]
+    isolated_cpus: list[int]
+    hugepages: list[dict[str, int]]  # {numa_node, size_kib, count}
+    kernel_args: list[str]
+    kubelet: dict[str, Any]
+    irqbalance_banned_cpus: str
+    system_cpu_affinity: list[int]
+    sriov: list[dict[str, Any]]  # {pci, class, interfaces, numvfs, totalvfs, numa_node}
+    sriov_device_plugin: dict[str, Any]
+    gres_conf: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- helpers -------------------------------------------------------------------------------------------------
+
+
+def kernel_version(release: str | None) -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", release or "")
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def node_reserve_mib(memory_mib: int) -> int:
+    """Ordinary memory a NUMA node keeps when hugepages are set aside."""
+    return max(NODE_RESERVE_MIN_MIB, int(NODE_RESERVE_FRACTION * memory_mib))
+
+
+def kube_reserved_mib(total_mib: int) -> int:
+    """kube-reserved memory, the tiered rule GKE and AKS document: 25% of the first 4 GiB, 20% of the next 4,
+    10% of the next 8, 6% of the next 112, 2% of the rest."""
+    tiers = [(4 * 1024, 0.25), (4 * 1024, 0.20), (8 * 1024, 0.10), (112 * 1024, 0.06), (math.inf, 0.02)]
+    left, reserved = total_mib, 0.0
+    for size, rate in tiers:
+        part = min(left, size)
+        reserved += part * rate
+        left -= part
+        if left <= 0:
+            break
+    return int(reserved)
+
+
+def system_reserved_mib(total_mib: int) -> int:
+    """system-reserved memory for the OS and its daemons: max(256 MiB, 1% of memory)."""
+    return max(256, int(0.01 * total_mib))
+
+
+def _bus(pci: str) -> int:
+    """``0000:1b:00.0`` -> 0x1b."""
+    try:
+        return int(pci.split(":")[-2], 16)
+    except (IndexError, ValueError):
+        return 0
+
+
+def _mi(mib: int) -> str:
+    return f"{mib}Mi"
+
+
+# -- the planner ---------------------------------------------------------------------------------------------
+
+
+def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -> TopologyPlan:
+    """The tuning plan of one host (see the module docstring). Raises :class:`TopologyError`."""
+    nodes = {n["id"]: n for n in facts["numa_nodes"]}
+    if not nodes:
+        raise TopologyError(host, "no NUMA node found under sys/devices/system/node")
+    cores_by_node: dict[int, list[list[int]]] = defaultdict(list)
+    for core in facts["cores"]:
+        node = core["numa_node"]
+        cores_by_node[node if node is not None else min(nodes)].append(core["cpus"])
+    if not cores_by_node:
+        raise TopologyError(host, "no CPU topology found under sys/devices/system/cpu")
+    for core_list in cores_by_node.values():
+        core_list.sort(key=lambda cpus: cpus[0])
+    notes: list[str] = []
+
+    # GPUs in PCI bus order: that is /dev/nvidia<i>'s order
+    gpus = sorted(facts["gpus"], key=lambda g: g["pci"])
+    gpu_node: dict[str, int] = {}
+    for gpu in gpus:
+        node = gpu["numa_node"]
+        if node is None:
+            if len(nodes) > 1:
+                raise TopologyError(
+                    host,
+                    f"GPU {gpu['pci']} reports no NUMA node (numa_node = -1) on a host with {len(nodes)} NUMA nodes;"
+                    " its CPUs cannot be chosen (check the firmware's ACPI SRAT/SLIT settings)",
+                )
+            node = next(iter(nodes))
+            notes.append(f"GPU {gpu['pci']} reports no NUMA node; the host has one, node {node}")
+        gpu_node[gpu["pci"]] = node
+
+    # reserved cores: the first cores of each node
+    reserved_by_node: dict[int, list[list[int]]] = {}
+    free: dict[int, list[list[int]]] = {}
+    for node_id, core_list in cores_by_node.items():
+        k = min(profile.reserved_cores_per_node, len(core_list))
+        reserved_by_node[node_id] = core_list[:k]
+        free[node_id] = list(core_list[k:])
+
+    # GPU CPU sets: cores_per_gpu whole cores from the GPU's node (or, for a GPU on a CPU-less node, from the
+    # node with the most free cores; then NUMA alignment is only 'restricted')
+    aligned = True
+    per_node_gpus: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for gpu in gpus:
+        per_node_gpus[gpu_node[gpu["pci"]]].append(gpu)
+    assignments: list[GpuAssignment] = []
+    cpus_of_gpu: dict[str, list[int]] = {}
+    for node_id in sorted(per_node_gpus):
+        node_gpus = per_node_gpus[node_id]
+        source = node_id
+        if not cores_by_node.get(node_id):
+            source = max(free, key=lambda n: len(free[n]))
+            aligned = False
+            notes.append(f"NUMA node {node_id} has no CPUs; its GPUs take cores of node {source}")
+        need = profile.cores_per_gpu * len(node_gpus)
+        have = len(free.get(source, []))
+        if need > have:
+            total = len(cores_by_node.get(source, []))
+            raise TopologyError(
+                host,
+                f"NUMA node {source} has {total} physical cores, {total - have} reserved; {len(node_gpus)} GPU(s) x"
+                f" {profile.cores_per_gpu} cores need {need} (lower cores_per_gpu or reserved_cores_per_node)",
+            )
+        for gpu in node_gpus:
+            taken, free[source] = free[source][: profile.cores_per_gpu], free[source][profile.cores_per_gpu :]
+            cpus_of_gpu[gpu["pci"]] = sorted(c for core in taken for c in core)
+
+    # nearest NICs: same NUMA node, InfiniBand before Ethernet; with as many such NICs as GPUs on the node, one
+    # each in PCI order, else each GPU gets the NIC(s) closest on the PCI bus
+    nics_by_node: dict[int | None, list[dict[str, Any]]] = defaultdict(list)
+    for nic in facts["nics"]:
+        nics_by_node[nic["numa_node"]].append(nic)
+    for node_id, node_gpus in per_node_gpus.items():
+        candidates = nics_by_node.get(node_id) or (nics_by_node.get(None) if len(nodes) == 1 else []) or []
+        kind = "infiniband" if any(n["kind"] == "infiniband" for n in candidates) else "ethernet"
+        near = sorted((n for n in candidates if n["kind"] == kind), key=lambda n: n["pci"])
+        for i, gpu in enumerate(node_gpus):
+            if not near:
+                chosen: list[str] = []
+            elif len(near) == len(node_gpus):
+                chosen = [near[i]["pci"]]
+            else:
+                best = min(abs(_bus(n["pci"]) - _bus(gpu["pci"])) for n in near)
+                chosen = [n["pci"] for n in near if abs(_bus(n["pci"]) - _bus(gpu["pci"])) == best]
+            assignments.append(
+                GpuAssignment(
+                    index=0,
+                    pci=gpu["pci"],
+                    model=gpu.get("model"),
+                    numa_node=gpu_node[gpu["pci"]],
+                    cpus=cpus_of_gpu[gpu["pci"]],
+                    nics=chosen,
+                    hugepages_1g=profile.hugepages_1g_per_gpu,
+                )
+            )
+    assignments.sort(key=lambda a: a.pci)
+    for i, a in enumerate(assignments):
+        a.index = i
+
+    reserved_cpus = sorted(c for cores in reserved_by_node.values() for core in cores for c in core)
+    gpu_cpus = sorted(c for a in assignments for c in a.cpus)
+    isolated = gpu_cpus if profile.isolation else []
+
+    # hugepages per node: 1 GiB per GPU (on its node) or per node, and 2 MiB per node
+    hugepages: list[dict[str, int]] = []
+    node_plans: list[NodePlan] = []
+    ordinary_mib: dict[int, int] = {}
+    for node_id in sorted(nodes):
+        node = nodes[node_id]
+        memory_mib = node["memory_kib"] // 1024
+        gpus_here = [a for a in assignments if a.numa_node == node_id]
+        pages_1g = profile.hugepages_1g_per_node + sum(a.hugepages_1g for a in gpus_here)
+        pages_2m = profile.hugepages_2m_per_node
+        huge_mib = pages_1g * MIB_PER_GIB + pages_2m * 2
+        if huge_mib:
+            keep = node_reserve_mib(memory_mib)
+            if huge_mib > memory_mib - keep:
+                raise TopologyError(
+                    host,
+                    f"NUMA node {node_id}: {pages_1g} x 1 GiB + {pages_2m} x 2 MiB hugepages ({huge_mib} MiB)"
+                    f" exceed its {memory_mib} MiB less the {keep} MiB kept as ordinary memory",
+                )
+        for size, count in ((HUGEPAGE_1G_KIB, pages_1g), (HUGEPAGE_2M_KIB, pages_2m)):
+            if count:
+                hugepages.append({"numa_node": node_id, "size_kib": size, "count": count})
+        ordinary_mib[node_id] = memory_mib - huge_mib
+        node_plans.append(
+            NodePlan(
+                id=node_id,
+                cpus=list(node["cpus"]),
+                memory_mib=memory_mib,
+                cores=len(cores_by_node.get(node_id, [])),
+                reserved_cpus=sorted(c for core in reserved_by_node.get(node_id, []) for c in core),
+                gpus=[a.pci for a in gpus_here],
+            )
+        )
+
+    # SR-IOV: VFs per capable device of the profile's classes, never above the device's limit
+    classes = {SRIOV_CLASSES[c] for c in profile.sriov_device_classes}
+    sriov: list[dict[str, Any]] = []
+    if profile.vfs_per_nic:
+        for dev in sorted(facts.get("sriov_devices", []), key=lambda d: d["pci"]):
+            if dev["class"] not in classes:
+                continue
+            if profile.vfs_per_nic > dev["sriov_totalvfs"]:
+                name = ",".join(dev["interfaces"]) or dev["pci"]
+                raise TopologyError(
+                    host,
+                    f"{name} ({dev['pci']}) supports {dev['sriov_totalvfs']} VFs; the profile asks for"
+                    f" {profile.vfs_per_nic} (vfs_per_nic)",
+                )
+            sriov.append(
+                {
+                    "pci": dev["pci"],
+                    "class": dev["class"],
+                    "vendor": dev["vendor"],
+                    "interfaces": list(dev["interfaces"]),
+                    "numa_node": dev["numa_node"],
+                    "numvfs": profile.vfs_per_nic,
+                    "totalvfs": dev["sriov_totalvfs"],
+                }
+            )
+
+    # kernel arguments
+    args: list[str] = []
+    total_1g = {h["numa_node"]: h["count"] for h in hugepages if h["size_kib"] == HUGEPAGE_1G_KIB}
+    if total_1g:
+        if kernel_version(facts.get("kernel")) >= PER_NODE_HUGEPAGES_KERNEL:
+            spec = ",".join(f"{n}:{c}" for n, c in sorted(total_1g.items()))
+        else:
+            spec = str(sum(total_1g.values()))
+            if len(nodes) > 1:
+                notes.append("kernel older than 5.16: 1 GiB hugepages are set as a total the kernel spreads over nodes")
+        args += ["default_hugepagesz=1G", "hugepagesz=1G", f"hugepages={spec}"]
+    if sriov:
+        args += ["intel_iommu=on", "iommu=pt"] if facts.get("cpu_vendor") == "GenuineIntel" else ["iommu=pt"]
+    if isolated:
+        cpulist = format_cpulist(isolated)
+        args += [f"isolcpus={cpulist}", f"nohz_full={cpulist}", f"rcu_nocbs={cpulist}"]
+
+    # kubelet: static CPU manager, topology manager, static memory manager with exact reservations
+    total_mib = facts["memory_kib"] // 1024
+    kube_mib, system_mib = kube_reserved_mib(total_mib), system_reserved_mib(total_mib)
+    to_reserve = kube_mib + system_mib + EVICTION_HARD_MEMORY_MIB
+    reserved_memory = _spread(to_reserve, ordinary_mib, host)
+    hugepage_sizes = sorted({h["size_kib"] for h in hugepages}, reverse=True)
+    kubelet: dict[str, Any] = {
+        "cpuManagerPolicy": "static",
+        "reservedSystemCPUs": format_cpulist(reserved_cpus),
+        "topologyManagerPolicy": "single-numa-node" if aligned else "restricted",
+        "topologyManagerScope": "pod",
+        "memoryManagerPolicy": "Static",
+        "kubeReserved": {"memory": _mi(kube_mib)},
+        "systemReserved": {"memory": _mi(system_mib)},
+        "evictionHard": {"memory.available": _mi(EVICTION_HARD_MEMORY_MIB)},
+        "reservedMemory": [
+            {
+                "numaNode": node_id,
+                "limits": {"memory": _mi(mib), **{_hugepage_resource(s): "0" for s in hugepage_sizes}},
+            }
+            for node_id, mib in sorted(reserved_memory.items())
+        ],
+    }
+
+    # Slurm: logical core indices (socket-major, lstopo's Core L#) of the GPU's NUMA node; Slurm's gres.conf(5)
+    # advises naming all cores of the socket or NUMA node, since it co-allocates at that level
+    logical = {
+        tuple(c["cpus"]): i for i, c in enumerate(sorted(facts["cores"], key=lambda c: (c["package"], c["cpus"][0])))
+    }
+    gres: list[str] = []
+    amd = 0
+    for a in assignments:
+        vendor = next(g["vendor"] for g in gpus if g["pci"] == a.pci)
+        node_cores = sorted(logical[tuple(c)] for c in cores_by_node.get(a.numa_node or 0, []))
+        device = f"/dev/nvidia{a.index}" if vendor == "10de" else f"/dev/dri/renderD{128 + amd}"
+        amd += vendor != "10de"
+        gres.append(f"Name=gpu Type={(a.model or 'unknown').lower()} File={device} Cores={format_cpulist(node_cores)}")
+
+    return TopologyPlan(
+        host=host,
+        cpu_vendor=facts.get("cpu_vendor"),
+        kernel=facts.get("kernel"),
+        smt=bool(facts.get("smt")),
+        numa_nodes=node_plans,
+        gpus=assignments,
+        reserved_cpus=reserved_cpus,
+        isolated_cpus=isolated,
+        hugepages=hugepages,
+        kernel_args=args,
+        kubelet=kubelet,
+        irqbalance_banned_cpus=format_cpulist(gpu_cpus),
+        system_cpu_affinity=reserved_cpus,
+        sriov=sriov,
+        sriov_device_plugin=_sriov_resources(sriov),
+        gres_conf=gres,
+        notes=notes,
+    )
+
+
+def _hugepage_resource(size_kib: int) -> str:
+    return "hugepages-1Gi" if size_kib == HUGEPAGE_1G_KIB else f"hugepages-{size_kib // 1024}Mi"
+
+
+def _spread(total_mib: int, ordinary_mib: Mapping[int, int], host: str) -> dict[int, int]:
+    """``total_mib`` split over NUMA nodes in proportion to their ordinary memory, summing exactly to it."""
+    usable = {n: max(m, 0) for n, m in ordinary_mib.items()}
+    whole = sum(usable.values())
+    if whole < total_mib:
+        raise TopologyError(
+            host,
+            f"the kubelet must reserve {total_mib} MiB, but only {whole} MiB is left outside hugepages",
+        )
+    shares = {n: total_mib * m // whole for n, m in usable.items()}
+    rest = total_mib - sum(shares.values())
+    for n in sorted(usable, key=lambda n: usable[n], reverse=True)[:rest]:
+        shares[n] += 1
+    for n, mib in shares.items():
+        if mib > usable[n]:
+            raise TopologyError(host, f"NUMA node {n}: reserving {mib} MiB leaves it no ordinary memory")
+    return {n: mib for n, mib in shares.items() if mib}
+
+
+def _sriov_resources(sriov: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The SR-IOV network device plugin's config.json: one resource per device class and NUMA node."""
+    groups: dict[tuple[str, int | None], list[dict[str, Any]]] = defaultdict(list)
+    for dev in sriov:
+        groups[(dev["class"], dev["numa_node"])].append(dev)
+    names = {v: k for k, v in SRIOV_CLASSES.items()}
+    resources = []
+    for (cls, node), devs in sorted(groups.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
+        kind = names[cls]
+        where = f"numa{node}" if node is not None else "numa_unknown"
+        selectors: dict[str, Any] = {"vendors": sorted({d["vendor"] for d in devs})}
+        if kind == "nvme":
+            selectors["rootDevices"] = [d["pci"] for d in devs]
+        else:
+            selectors["pfNames"] = [i for d in devs for i in d["interfaces"]]
+        if kind == "infiniband":
+            selectors["isRdma"] = True
+        resources.append(
+            {
+                "resourceName": f"{kind}_{where}",
+                "deviceType": "accelerator" if kind == "nvme" else "netDevice",
+                "selectors": selectors,
+            }
+        )
+    return {"resourceList": resources}
