@@ -132,3 +132,39 @@ def test_validate_imports_neither_pulumi_nor_ansible():
     assert "pydantic" in imported and "ruamel.yaml" in imported  # the check sees real imports
     leaked = sorted(m for m in imported if m.split(".")[0] in ("pulumi", "pulumi_azure_native", "ansible"))
     assert leaked == []
+
+
+def test_topology_plan_json_contract():
+    proc = gpufleet("topology", "plan", "--host-root", "tests/fixtures/hosts/dgx-h100", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert {"numa_nodes", "gpus", "reserved_cpus", "isolated_cpus", "hugepages", "kernel_args", "kubelet", "sriov",
+            "gres_conf"} <= set(data)  # fmt: skip
+    assert {"id", "cpus", "memory_mib"} <= set(data["numa_nodes"][0])
+    assert {"pci", "model", "numa_node", "cpus", "nics"} <= set(data["gpus"][0])
+    assert data["gpus"][0]["cpus"] == [1, 2, 3, 4, 5, 6, 7, 8, 113, 114, 115, 116, 117, 118, 119, 120]
+
+
+def test_topology_plan_human_picture_and_refusal():
+    proc = gpufleet("topology", "plan", "--host-root", "tests/fixtures/hosts/dgx-h100")
+    assert "NUMA node 1  CPUs 56-111,168-223 (56 cores), 1024 GiB" in proc.stdout
+    assert "GPU 4 0000:9d:00.0 H100-SXM5-80GB  CPUs 57-64,169-176  NIC ibp154s0 (infiniband)" in proc.stdout
+    refused = gpufleet("topology", "plan", "--host-root", "tests/fixtures/hosts/numa-unknown", "--json")
+    assert refused.returncode == 1
+    assert json.loads(refused.stdout) == {
+        "host": "numa-unknown",
+        "ok": False,
+        "error": "NUMA node 0 has 16 physical cores, 1 reserved; 2 GPU(s) x 8 cores need 16 (lower cores_per_gpu"
+        " or reserved_cores_per_node)",
+    }
+
+
+def test_topology_plan_takes_a_profile_from_the_stacks():
+    proc = gpufleet("topology", "plan", "--host-root", "tests/fixtures/hosts/no-gpu", "--profile", "lab", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert {(h["size_kib"], h["count"]) for h in data["hugepages"]} == {(1048576, 1), (2048, 64)}
+    assert (
+        gpufleet("topology", "plan", "--host-root", "tests/fixtures/hosts/no-gpu", "--profile", "nope").returncode == 2
+    )
+    assert gpufleet("topology", "plan", "--host-root", "/nonexistent").returncode == 2
