@@ -30,6 +30,11 @@ app = typer.Typer(
 )
 mig_app = typer.Typer(help="MIG profiles and layouts per GPU model.", no_args_is_help=True)
 app.add_typer(mig_app, name="mig")
+lab_app = typer.Typer(
+    help="The local bare-metal lab: Debian VMs with two NUMA nodes, an SR-IOV device and a Redfish BMC each.",
+    no_args_is_help=True,
+)
+app.add_typer(lab_app, name="lab")
 topology_app = typer.Typer(
     help="Host topology: NUMA nodes, CPU pinning, hugepages, SR-IOV, kubelet.", no_args_is_help=True
 )
@@ -543,6 +548,173 @@ def _render_topology(p: Any, facts: dict[str, Any]) -> None:
             out.print(f"  {line}", markup=False)
     for note in p.notes:
         out.print(f"[dim]note: {note}[/dim]")
+
+
+# -- lab -------------------------------------------------------------------------------------------------------
+
+LAB_STACK = "lab-local"
+
+
+def _stamp() -> Any:
+    import time
+
+    start = time.monotonic()
+
+    from rich.markup import escape
+
+    def say(message: str) -> None:
+        out.print(f"[dim]{time.monotonic() - start:6.0f}s[/dim]  {escape(message)}", markup=True, highlight=False)
+
+    return say
+
+
+def _lab(hosts: int, prefix: str = "lab") -> Any:
+    from gpufleet.lab import Lab
+
+    return Lab(prefix, hosts, progress=_stamp())
+
+
+def _lab_inventory(root: Path | None) -> Path:
+    from gpufleet.spec import find_project_root, load_stack, resolve_stack
+
+    project = root or find_project_root()
+    loaded = load_stack(resolve_stack(LAB_STACK, project))
+    if loaded.stack is None or loaded.stack.baremetal is None:
+        for d in loaded.diagnostics:
+            err.print(str(d), markup=False)
+        raise typer.Exit(EXIT_INVALID)
+    return project / loaded.stack.baremetal.inventory / "hosts.yml"
+
+
+HostsOpt = Annotated[int, typer.Option("--hosts", min=1, max=4, help="Number of lab hosts.")]
+
+
+def _prefix(value: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,15}", value):
+        raise typer.BadParameter(f"{value!r}: 1-16 lowercase letters and digits, starting with a letter")
+    return value
+
+
+PrefixOpt = Annotated[
+    str,
+    typer.Option(
+        "--prefix", callback=_prefix, help="Host name prefix: labs side by side (Molecule scenarios use their own)."
+    ),
+]
+
+
+@lab_app.command("up")
+def lab_up(
+    hosts: HostsOpt = 2,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Recreate the hosts from the image.")] = False,
+    prefix: PrefixOpt = "lab",
+    inventory: Annotated[
+        Path | None, typer.Option("--inventory", help="Where to write the inventory (default: the lab-local stack's).")
+    ] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Build the image (cached), start libvirt and the Redfish emulator, power the hosts on through Redfish, wait
+    for SSH and write inventories/lab-local/hosts.yml. Idempotent: running hosts are kept."""
+    from gpufleet.lab import LabError
+
+    inventory = inventory or _lab_inventory(root)
+    try:
+        result = _lab(hosts, prefix).up(inventory=inventory, fresh=fresh)
+    except LabError as exc:
+        err.print(f"[red]lab up failed:[/red] {exc}", markup=True)
+        raise typer.Exit(EXIT_INVALID) from None
+    if as_json:
+        _emit_json(
+            {
+                "accel": result.accel.name,
+                "accel_reason": result.accel.reason,
+                "backend": result.backend,
+                "redfish": result.redfish,
+                "hosts": [{"name": h.name, "ssh_port": h.ssh_port, "uuid": h.uuid} for h in result.hosts],
+                "image_built": result.image_built,
+                "image_seconds": round(result.image_seconds, 1),
+                "boot_seconds": {k: round(v, 1) for k, v in result.boot_seconds.items()},
+                "seconds": round(result.total_seconds, 1),
+            }
+        )
+        return
+    out.print(f"lab up in {result.total_seconds:.0f} s: {len(result.hosts)} host(s), inventory {inventory}")
+
+
+@lab_app.command("status")
+def lab_status(hosts: HostsOpt = 2, prefix: PrefixOpt = "lab", as_json: JsonOpt = False) -> None:
+    """Hosts, their power state (through Redfish) and whether SSH answers."""
+    rows = _lab(hosts, prefix).status()
+    if as_json:
+        _emit_json([r.__dict__ for r in rows])
+        return
+    if not rows:
+        out.print("no lab hosts (gpufleet lab up)")
+        return
+    table = Table(title="lab hosts")
+    for col in ("host", "SSH", "power (BMC)", "reachable", "BMC system id"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.name, f"127.0.0.1:{r.ssh_port}", r.power, "yes" if r.ssh else "no", r.uuid)
+    out.print(table)
+
+
+@lab_app.command("down")
+def lab_down(hosts: HostsOpt = 2, prefix: PrefixOpt = "lab") -> None:
+    """Power the hosts off through Redfish, remove them, and stop the daemons the lab started."""
+    _lab(hosts, prefix).down()
+    out.print("lab down")
+
+
+@lab_app.command("converge")
+def lab_converge(
+    check: Annotated[bool, typer.Option("--check", help="Ansible check mode: report, change nothing.")] = False,
+    limit: Annotated[str | None, typer.Option("--limit", help="Ansible host pattern.")] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Run ansible/site.yml on the lab (facts -> plan -> roles), as on real hosts."""
+    from gpufleet.lab.ansible_run import run_playbook
+    from gpufleet.spec import find_project_root
+
+    project = root or find_project_root()
+    inventory = _lab_inventory(root)
+    if not inventory.exists():
+        raise _usage_error(f"{inventory} does not exist: run gpufleet lab up first")
+    result = run_playbook(
+        project / "ansible/site.yml", inventory, {"gpufleet_stack": LAB_STACK}, check=check, limit=limit,
+        progress=_stamp(),
+    )  # fmt: skip
+    if as_json:
+        _emit_json(
+            {"rc": result.rc, "seconds": round(result.seconds, 1), "recap": result.recap, "log": str(result.log)}
+        )
+    else:
+        for host, counts in sorted(result.recap.items()):
+            out.print(f"{host}: " + " ".join(f"{k}={v}" for k, v in counts.items()), markup=False)
+        out.print(f"site.yml {'(check mode) ' if check else ''}finished in {result.seconds:.0f} s, rc={result.rc}")
+    if result.rc:
+        raise typer.Exit(result.rc if result.rc in (1, 2) else 1)
+
+
+@lab_app.command("verify")
+def lab_verify(as_json: JsonOpt = False, root: RootOpt = None) -> None:
+    """Each lab host's real state against its plan: NUMA nodes, /proc/cmdline, hugepages, VFs, kubelet pinning.
+    Exit 1 when a host differs from its plan."""
+    from gpufleet.lab.report import lab_report
+
+    inventory = _lab_inventory(root)
+    reports = lab_report(inventory, LAB_STACK)
+    if as_json:
+        _emit_json([r.to_dict() for r in reports])
+    else:
+        for r in reports:
+            out.print(r.render(), markup=False)
+    if not all(r.ok for r in reports):
+        raise typer.Exit(EXIT_INVALID)
 
 
 def main() -> None:

@@ -107,6 +107,7 @@ def dump_yaml(data: dict[str, Any]) -> str:
     out = StringIO()
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
+    yaml.width = 4096  # no folded lines
     yaml.sort_base_mapping_type_on_output = False  # type: ignore[attr-defined]
     yaml.dump(data, out)
     return out.getvalue()

@@ -11,7 +11,8 @@ same), and a :class:`~gpufleet.spec.models.TuningProfile`. Output: a :class:`Top
 - kernel arguments (1 GiB hugepages at boot in the per-node form ``hugepages=0:N,1:M`` on kernels >= 5.16,
   IOMMU for SR-IOV, isolation);
 - a KubeletConfiguration fragment whose memory-manager ``reservedMemory`` sums exactly to kube-reserved +
-  system-reserved + eviction-hard (the kubelet refuses to start otherwise);
+  system-reserved + eviction-hard (the kubelet refuses to start otherwise), from node memory rounded down to
+  512 MiB so that a reboot (which moves MemTotal by some MiB) does not change it;
 - irqbalance's banned CPU list and systemd's ``CPUAffinity`` for system services;
 - SR-IOV VFs per device (never above ``sriov_totalvfs``) and the SR-IOV network device plugin's ``resourceList``;
 - Slurm ``gres.conf`` lines.
@@ -37,6 +38,9 @@ HUGEPAGE_2M_KIB = 2048
 # A NUMA node keeps this much ordinary memory when hugepages are set aside: max(512 MiB, 10% of the node).
 NODE_RESERVE_MIN_MIB = 512
 NODE_RESERVE_FRACTION = 0.10
+# Memory figures that feed the kubelet's reservations are rounded down to this: the kernel keeps a few dozen MiB
+# differently on every boot (node MemTotal moves), and the plan (the kubelet drop-in) must not change with it.
+MEMORY_QUANTUM_MIB = 512
 # The kubelet's default hard eviction threshold for memory.
 EVICTION_HARD_MEMORY_MIB = 100
 PER_NODE_HUGEPAGES_KERNEL = (5, 16)  # hugepages=<node>:<count>,... on the kernel command line
@@ -84,6 +88,7 @@ class TopologyPlan:
     isolated_cpus: list[int]
     hugepages: list[dict[str, int]]  # {numa_node, size_kib, count}
     kernel_args: list[str]
+    kernel_arg_groups: dict[str, list[str]]  # the same arguments by purpose: hugepages, iommu, isolation
     kubelet: dict[str, Any]
     irqbalance_banned_cpus: str
     system_cpu_affinity: list[int]
@@ -134,6 +139,11 @@ def _bus(pci: str) -> int:
         return int(pci.split(":")[-2], 16)
     except (IndexError, ValueError):
         return 0
+
+
+def quantized_mib(kib: int) -> int:
+    """Memory in MiB rounded down to MEMORY_QUANTUM_MIB (stable from boot to boot)."""
+    return kib // 1024 // MEMORY_QUANTUM_MIB * MEMORY_QUANTUM_MIB
 
 
 def _mi(mib: int) -> str:
@@ -268,7 +278,7 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
         for size, count in ((HUGEPAGE_1G_KIB, pages_1g), (HUGEPAGE_2M_KIB, pages_2m)):
             if count:
                 hugepages.append({"numa_node": node_id, "size_kib": size, "count": count})
-        ordinary_mib[node_id] = memory_mib - huge_mib
+        ordinary_mib[node_id] = quantized_mib(node["memory_kib"]) - huge_mib
         node_plans.append(
             NodePlan(
                 id=node_id,
@@ -306,8 +316,8 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
                 }
             )
 
-    # kernel arguments
-    args: list[str] = []
+    # kernel arguments, by purpose (each tuning role owns its group)
+    groups: dict[str, list[str]] = {"hugepages": [], "iommu": [], "isolation": []}
     total_1g = {h["numa_node"]: h["count"] for h in hugepages if h["size_kib"] == HUGEPAGE_1G_KIB}
     if total_1g:
         if kernel_version(facts.get("kernel")) >= PER_NODE_HUGEPAGES_KERNEL:
@@ -316,15 +326,16 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
             spec = str(sum(total_1g.values()))
             if len(nodes) > 1:
                 notes.append("kernel older than 5.16: 1 GiB hugepages are set as a total the kernel spreads over nodes")
-        args += ["default_hugepagesz=1G", "hugepagesz=1G", f"hugepages={spec}"]
+        groups["hugepages"] = ["default_hugepagesz=1G", "hugepagesz=1G", f"hugepages={spec}"]
     if sriov:
-        args += ["intel_iommu=on", "iommu=pt"] if facts.get("cpu_vendor") == "GenuineIntel" else ["iommu=pt"]
+        groups["iommu"] = ["intel_iommu=on", "iommu=pt"] if facts.get("cpu_vendor") == "GenuineIntel" else ["iommu=pt"]
     if isolated:
         cpulist = format_cpulist(isolated)
-        args += [f"isolcpus={cpulist}", f"nohz_full={cpulist}", f"rcu_nocbs={cpulist}"]
+        groups["isolation"] = [f"isolcpus={cpulist}", f"nohz_full={cpulist}", f"rcu_nocbs={cpulist}"]
+    args = [a for group in groups.values() for a in group]
 
     # kubelet: static CPU manager, topology manager, static memory manager with exact reservations
-    total_mib = facts["memory_kib"] // 1024
+    total_mib = sum(quantized_mib(n["memory_kib"]) for n in nodes.values())
     kube_mib, system_mib = kube_reserved_mib(total_mib), system_reserved_mib(total_mib)
     to_reserve = kube_mib + system_mib + EVICTION_HARD_MEMORY_MIB
     reserved_memory = _spread(to_reserve, ordinary_mib, host)
@@ -372,6 +383,7 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
         isolated_cpus=isolated,
         hugepages=hugepages,
         kernel_args=args,
+        kernel_arg_groups=groups,
         kubelet=kubelet,
         irqbalance_banned_cpus=format_cpulist(gpu_cpus),
         system_cpu_affinity=reserved_cpus,

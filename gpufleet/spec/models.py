@@ -502,6 +502,7 @@ class Rollout(StrictModel):
 
     serial: Annotated[int | str, PlainValidator(_serial, json_schema_input_type=int | str)] = 1
     max_fail_percentage: int = Field(0, ge=0, le=100)
+    reboot_ok: bool = Field(False, description="hosts may be rebooted to apply kernel arguments")
 
 
 class Baremetal(StrictModel):

@@ -343,3 +343,23 @@ def test_recorded_trees_match_their_descriptions(tmp_path: Path):
             if p.is_file()
         }
         assert fresh == committed, machine.name
+
+
+def test_kubelet_plan_does_not_move_with_boot_to_boot_memtotal_noise():
+    """Two boots of the same lab VM left different MemTotal per node (recorded: 4016120 vs 4061380 kB on node 0,
+    2060868 vs 2015616 kB on node 1); the kubelet drop-in must come out the same, or it changes after every
+    reboot and a converge is never idempotent."""
+    profile = TuningProfile(reserved_cores_per_node=1, hugepages_1g_per_node=1, hugepages_2m_per_node=64)
+
+    def lab_host(node0_kib: int, node1_kib: int) -> dict:
+        cores = [{"package": n, "core": c, "cpus": [2 * n + c], "numa_node": n} for n in (0, 1) for c in (0, 1)]
+        nodes = [
+            {"id": 0, "cpus": [0, 1], "memory_kib": node0_kib, "hugepages": {}},
+            {"id": 1, "cpus": [2, 3], "memory_kib": node1_kib, "hugepages": {}},
+        ]
+        return {"cpu_vendor": "AuthenticAMD", "kernel": "6.1.0-50-amd64", "memory_kib": node0_kib + node1_kib,
+                "numa_nodes": nodes, "cores": cores, "smt": False, "gpus": [], "nics": [], "sriov_devices": []}  # fmt: skip
+
+    first = plan(lab_host(4016120, 2060868), profile, "lab-1").kubelet
+    second = plan(lab_host(4061380, 2015616), profile, "lab-1").kubelet
+    assert first == second

@@ -7,6 +7,13 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 
+def _plain(value: Any) -> Any:
+    """Ansible's tagged and lazily templated values as plain Python data (what gpufleet's models expect)."""
+    import json
+
+    return json.loads(json.dumps(value))
+
+
 def gpufleet_gpu_catalog(_: Any = None) -> dict[str, dict[str, Any]]:
     """``vendor:device`` -> ``{model, mig}`` for every catalog GPU (the ``gpu_topology`` module's input)."""
     from gpufleet.catalog import load_catalog
@@ -21,6 +28,7 @@ def gpufleet_topology_plan(facts: dict[str, Any], profile: dict[str, Any] | None
     from gpufleet.spec.models import TuningProfile
     from gpufleet.topology import TopologyError, plan
 
+    facts, profile = _plain(facts), _plain(profile)
     try:
         tuning = TuningProfile.model_validate(profile or {})
     except ValidationError as exc:
@@ -31,6 +39,68 @@ def gpufleet_topology_plan(facts: dict[str, Any], profile: dict[str, Any] | None
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def gpufleet_host_profile(stack: dict[str, Any], group_names: list[str]) -> dict[str, Any]:
+    """The tuning profile of the first host group (in the stack's order) the host belongs to; ``default`` else."""
+    from gpufleet.spec.models import TuningProfile
+
+    stack, group_names = _plain(stack), _plain(group_names)
+    groups = (stack.get("baremetal") or {}).get("host_groups", [])
+    profiles = stack.get("tuning_profiles") or {}
+    for group in groups:
+        if group["name"] in group_names:
+            name = group.get("tuning_profile", "default")
+            if name in profiles:
+                return profiles[name]
+            if name == "default":
+                return TuningProfile().model_dump()
+            raise AnsibleFilterError(f"tuning profile {name!r} of host group {group['name']!r} is not defined")
+    return TuningProfile().model_dump()
+
+
+def gpufleet_grubby_commands(info: str, add: list[str], remove: list[str]) -> list[list[str]]:
+    """The grubby commands (RHEL) that make the default kernel's arguments contain ``add`` and none of ``remove``,
+    from ``grubby --info=DEFAULT``; empty when nothing needs to change."""
+    import re
+    import shlex
+
+    m = re.search(r'^args="(.*)"$', info, re.M)
+    current = shlex.split(m.group(1)) if m else []
+    commands = []
+    gone = [a for a in remove if a in current]
+    if gone:
+        commands.append(["grubby", "--update-kernel=ALL", "--remove-args=" + " ".join(gone)])
+    missing = [a for a in dict.fromkeys(add) if a not in current or a in gone]
+    if missing:
+        commands.append(["grubby", "--update-kernel=ALL", "--args=" + " ".join(missing)])
+    return commands
+
+
+def gpufleet_cpulist(cpus: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2,5``."""
+    from gpufleet.hostfacts import format_cpulist
+
+    return format_cpulist(int(c) for c in cpus)
+
+
+def gpufleet_cpus(text: str) -> list[int]:
+    """A CPU list as the kernel or systemd prints it (``0-2,5`` or ``0 1 2 5``) -> sorted CPUs."""
+    import re
+
+    from gpufleet.hostfacts import parse_cpulist
+
+    joined = ",".join(str(text).split())
+    if not re.fullmatch(r"(\d+(-\d+)?(,\d+(-\d+)?)*)?", joined):
+        raise AnsibleFilterError(f"gpufleet_cpus: {text!r} is not a CPU list")
+    return parse_cpulist(joined)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"gpufleet_gpu_catalog": gpufleet_gpu_catalog, "gpufleet_topology_plan": gpufleet_topology_plan}
+        return {
+            "gpufleet_gpu_catalog": gpufleet_gpu_catalog,
+            "gpufleet_topology_plan": gpufleet_topology_plan,
+            "gpufleet_host_profile": gpufleet_host_profile,
+            "gpufleet_grubby_commands": gpufleet_grubby_commands,
+            "gpufleet_cpulist": gpufleet_cpulist,
+            "gpufleet_cpus": gpufleet_cpus,
+        }

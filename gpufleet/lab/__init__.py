@@ -1,0 +1,340 @@
+"""The local bare-metal lab: Debian VMs with two NUMA nodes, an SR-IOV device and a Redfish BMC each.
+
+``Lab(...).up()`` builds (or reuses) the image, starts libvirt and the Redfish emulator when they are not running,
+defines the hosts, powers them on through Redfish, waits for SSH and writes the inventory; ``down()`` powers them
+off through Redfish, removes them and stops only what the lab started. See docs/lab.md.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpufleet.lab import image as image_mod
+from gpufleet.lab import redfish, ssh, virt
+from gpufleet.lab.accel import Accel, detect
+from gpufleet.lab.config import SSH_PORT_BASE, host_uuid, lab_dir
+
+Progress = Callable[[str], None]
+BOOT_TIMEOUT = 420  # seconds from power-on to SSH (software emulation boots in ~35 s; a busy 2-core machine is slower)
+
+
+class LabError(RuntimeError):
+    """The lab cannot do what was asked; the message says what is missing or what failed."""
+
+
+@dataclass
+class HostStatus:
+    name: str
+    uuid: str
+    ssh_port: int
+    power: str
+    ssh: bool
+    backend: str
+
+
+@dataclass
+class UpResult:
+    accel: Accel
+    backend: str  # "libvirt" or "qemu"
+    redfish: str | None  # BMC URL, or None when unavailable
+    redfish_reason: str | None
+    hosts: list[virt.LabHost]
+    image_built: bool
+    image_seconds: float
+    boot_seconds: dict[str, float] = field(default_factory=dict)
+    total_seconds: float = 0.0
+
+
+class Lab:
+    """A set of lab hosts named ``<prefix>-1 .. <prefix>-<count>``."""
+
+    def __init__(self, prefix: str = "lab", count: int = 2, progress: Progress = print) -> None:
+        self.prefix, self.count, self.progress = prefix, count, progress
+        self.state_path = lab_dir() / f"lab-{prefix}.json"
+
+    # -- state ---------------------------------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self, **changes: Any) -> None:
+        state = {**self._state(), **changes}
+        self.state_path.write_text(json.dumps(state, indent=2))
+
+    def _ports_in_use_by_other_labs(self) -> set[int]:
+        used: set[int] = set()
+        for path in lab_dir().glob("lab-*.json"):
+            if path != self.state_path:
+                try:
+                    used |= {h["ssh_port"] for h in json.loads(path.read_text()).get("hosts", [])}
+                except (OSError, ValueError, KeyError):
+                    pass
+        return used
+
+    def hosts(self) -> list[virt.LabHost]:
+        known = {h["name"]: h for h in self._state().get("hosts", [])}
+        taken = self._ports_in_use_by_other_labs() | {h["ssh_port"] for h in known.values()}
+        hosts = []
+        port = SSH_PORT_BASE + (1 if self.prefix == "lab" else 80)
+        for i in range(1, self.count + 1):
+            name = f"{self.prefix}-{i}"
+            if name in known:
+                p = known[name]["ssh_port"]
+            else:
+                while port in taken or not _port_free(port):
+                    port += 1
+                p = port
+                taken.add(p)
+            d = lab_dir() / "hosts" / name
+            hosts.append(virt.LabHost(name, host_uuid(name), p, d / "disk.qcow2", d / "nvme-ns.img", d / "serial.log"))
+        return hosts
+
+    # -- up ------------------------------------------------------------------------------------------------
+    def up(self, inventory: Path | None = None, fresh: bool = False) -> UpResult:
+        started = time.monotonic()
+        say = self.progress
+        try:
+            image = image_mod.ensure_image(say)
+        except image_mod.ImageError as exc:
+            raise LabError(str(exc)) from None
+        say(
+            f"image {image.recipe}: "
+            + (f"built in {image.seconds:.0f} s" if image.built_now else f"cached ({image.path.parent})")
+        )
+        accel = detect(image.kernel)
+        say(f"accelerator: {'KVM' if accel.name == 'kvm' else 'software emulation (TCG)'} — {accel.reason}")
+        backend, reason = "libvirt", None
+        try:
+            virt.ensure_libvirt(say)
+        except virt.LibvirtUnavailable as exc:
+            backend, reason = "qemu", str(exc)
+            say(f"libvirt cannot run here ({exc}): starting the VMs with QEMU directly; no Redfish BMCs")
+        hosts = self.hosts()
+        if fresh:
+            self._remove_hosts(hosts, backend)
+        for host in hosts:
+            self._prepare(host, image.path)
+        self._save(hosts=[asdict(h) | {"disk": str(h.disk), "namespace": str(h.namespace),
+                                        "serial_log": str(h.serial_log)} for h in hosts],
+                   backend=backend)  # fmt: skip
+        result = UpResult(accel, backend, None, reason, hosts, image.built_now, image.seconds)
+        power_on_at: dict[str, float] = {}
+        if backend == "libvirt":
+            for host in hosts:
+                if virt.domain_state(host) == "undefined":
+                    virt.define(host, accel)
+            try:
+                client = redfish.ensure_emulator([h.uuid for h in self._all_lab_hosts()], say)
+                result.redfish = client.creds.url
+            except redfish.RedfishUnavailable as exc:
+                result.redfish_reason = str(exc)
+                raise LabError(f"Redfish BMC unavailable: {exc}") from None
+            for host in hosts:
+                if client.power_state(host.uuid) != "On":
+                    say(f"{host.name}: power On through Redfish ({client.creds.url}/redfish/v1/Systems/{host.uuid})")
+                    client.reset(host.uuid, "On")
+                    power_on_at[host.name] = time.monotonic()
+        else:
+            for host in hosts:
+                if virt.qemu_pid(host) is None:
+                    virt.qemu_start(host, accel)
+                    power_on_at[host.name] = time.monotonic()
+        result.boot_seconds = self._wait_ssh(hosts, power_on_at)
+        if inventory is not None:
+            write_inventory(inventory, hosts, result)
+            say(f"inventory written: {inventory}")
+        result.total_seconds = time.monotonic() - started
+        return result
+
+    def _all_lab_hosts(self) -> list[virt.LabHost]:
+        """Hosts of every lab on this machine (the one emulator serves them all)."""
+        hosts = {h.uuid: h for h in self.hosts()}
+        for path in lab_dir().glob("lab-*.json"):
+            try:
+                for h in json.loads(path.read_text()).get("hosts", []):
+                    hosts.setdefault(h["uuid"], h)
+            except (OSError, ValueError, KeyError):
+                pass
+        return [h if isinstance(h, virt.LabHost) else _host_from(h) for h in hosts.values()]
+
+    def _prepare(self, host: virt.LabHost, base: Path) -> None:
+        host.disk.parent.mkdir(parents=True, exist_ok=True)
+        if not host.disk.exists():
+            subprocess.run(
+                ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(base), "-F", "qcow2", str(host.disk)], check=True
+            )
+        if not host.namespace.exists():
+            with host.namespace.open("wb") as f:
+                f.truncate(64 * 1024**2)
+
+    def _wait_ssh(self, hosts: list[virt.LabHost], power_on_at: dict[str, float]) -> dict[str, float]:
+        key = image_mod.ssh_key()
+        results: dict[str, float] = {}
+        errors: dict[str, str] = {}
+        waiting = {h.name for h in hosts}
+        lock = threading.Lock()
+
+        def one(host: virt.LabHost) -> None:
+            try:
+                ssh.wait(key, host.ssh_port, BOOT_TIMEOUT)
+                since = power_on_at.get(host.name)
+                with lock:
+                    results[host.name] = time.monotonic() - since if since else 0.0
+            except TimeoutError as exc:
+                with lock:
+                    errors[host.name] = f"{exc}; serial console log: {host.serial_log}"
+            finally:
+                with lock:
+                    waiting.discard(host.name)
+
+        threads = [threading.Thread(target=one, args=(h,), daemon=True) for h in hosts]
+        for t in threads:
+            t.start()
+        start, last = time.monotonic(), 0.0
+        while any(t.is_alive() for t in threads):
+            time.sleep(1)
+            if time.monotonic() - last >= 10:
+                last = time.monotonic()
+                with lock:
+                    pending = ", ".join(sorted(waiting))
+                if pending:
+                    self.progress(f"waiting for SSH: {pending} ({time.monotonic() - start:.0f} s)")
+        for name, seconds in sorted(results.items()):
+            self.progress(f"{name}: SSH up" + (f", {seconds:.0f} s after power-on" if seconds else " (was running)"))
+        if errors:
+            raise LabError("; ".join(f"{n}: {e}" for n, e in sorted(errors.items())))
+        return results
+
+    # -- down / status -------------------------------------------------------------------------------------
+    def _remove_hosts(self, hosts: list[virt.LabHost], backend: str) -> None:
+        client = self._client_or_none()
+        for host in hosts:
+            if backend == "libvirt":
+                if client is not None and virt.domain_state(host) == "running":
+                    self.progress(f"{host.name}: ForceOff through Redfish")
+                    try:
+                        client.reset(host.uuid, "ForceOff")
+                    except redfish.RedfishError as exc:
+                        self.progress(f"{host.name}: Redfish ForceOff failed ({exc}); destroying the domain")
+                virt.remove_domain(host)
+            else:
+                virt.qemu_stop(host)
+            shutil.rmtree(host.disk.parent, ignore_errors=True)
+
+    def down(self) -> None:
+        state = self._state()
+        backend = state.get("backend", "libvirt")
+        hosts = self.hosts()
+        if backend == "libvirt" and shutil.which("virsh") and _libvirt_answers():
+            self._remove_hosts(hosts, backend)
+        else:
+            for host in hosts:
+                virt.qemu_stop(host)
+                shutil.rmtree(host.disk.parent, ignore_errors=True)
+        self.state_path.unlink(missing_ok=True)
+        others = [p for p in lab_dir().glob("lab-*.json")]
+        if not others:
+            virt.stop_started_daemons(self.progress)
+        else:
+            self.progress("other labs are still defined: leaving libvirt and the Redfish emulator running")
+
+    def _client_or_none(self) -> redfish.Client | None:
+        client = redfish.Client(redfish.credentials(), timeout=10)
+        try:
+            client.systems()
+            return client
+        except redfish.RedfishError:
+            return None
+
+    def status(self) -> list[HostStatus]:
+        state = self._state()
+        backend = state.get("backend", "libvirt")
+        key = image_mod.ssh_key()
+        client = self._client_or_none() if backend == "libvirt" else None
+        out = []
+        for host in self.hosts() if state else []:
+            if client is not None:
+                try:
+                    power = client.power_state(host.uuid)
+                except redfish.RedfishError:
+                    power = "unknown to the BMC"
+            elif backend == "qemu":
+                power = "On" if virt.qemu_pid(host) else "Off"
+            else:
+                power = "BMC unreachable"
+            reachable = power == "On" and ssh.reachable(key, host.ssh_port)
+            out.append(HostStatus(host.name, host.uuid, host.ssh_port, power, reachable, backend))
+        return out
+
+
+def _host_from(data: dict[str, Any]) -> virt.LabHost:
+    return virt.LabHost(
+        data["name"],
+        data["uuid"],
+        data["ssh_port"],
+        Path(data["disk"]),
+        Path(data["namespace"]),
+        Path(data["serial_log"]),
+    )
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _libvirt_answers() -> bool:
+    try:
+        return virt.virsh("version", check=False, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def write_inventory(path: Path, hosts: list[virt.LabHost], result: UpResult, group: str = "lab") -> None:
+    """The lab's Ansible inventory: SSH on 127.0.0.1 ports with the lab key, each host's BMC endpoint."""
+    from gpufleet.mig_outputs import dump_yaml
+
+    key = image_mod.ssh_key()
+    entries = {}
+    for h in hosts:
+        entries[h.name] = {
+            "ansible_host": "127.0.0.1",
+            "ansible_port": h.ssh_port,
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(key),
+            "gpufleet_bmc": (
+                {"url": result.redfish, "system_id": h.uuid, "credentials_file": str(lab_dir() / "redfish.json")}
+                if result.redfish
+                else None
+            ),
+        }
+    inventory = {
+        "all": {
+            "vars": {
+                # host keys are per VM and throw-away; keep-alives notice a rebooted host's dead connection in ~15 s
+                "ansible_ssh_common_args": (
+                    "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
+                    " -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
+                ),
+                "ansible_python_interpreter": "/usr/bin/python3",
+            },
+            "children": {group: {"hosts": entries}},
+        }
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# Written by `gpufleet lab up`; not committed.\n" + dump_yaml(inventory))

@@ -1,0 +1,69 @@
+"""KVM where it works, QEMU's software emulation (TCG) otherwise, decided by a probe boot and cached.
+
+``/dev/kvm`` existing is not enough: on a PVM host a stock Debian kernel does not boot under it. The probe boots the
+lab's guest kernel under KVM with no root file system; a kernel that gets as far as looking for one (it then
+panics, as asked) proves KVM works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufleet.lab.config import lab_dir
+
+PROBE_SECONDS = 45
+
+
+@dataclass(frozen=True)
+class Accel:
+    name: str  # "kvm" or "tcg"
+    reason: str
+
+    @property
+    def qemu_args(self) -> list[str]:
+        if self.name == "kvm":
+            return ["-accel", "kvm", "-cpu", "host"]
+        return ["-accel", "tcg,thread=multi", "-cpu", "max"]
+
+    @property
+    def libvirt_type(self) -> str:
+        return "kvm" if self.name == "kvm" else "qemu"
+
+
+def detect(kernel: Path) -> Accel:
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return Accel("tcg", "no usable /dev/kvm")
+    key = f"{platform.release()}|{kernel.stat().st_size}"
+    cache = lab_dir() / "accel.json"
+    try:
+        known = json.loads(cache.read_text())
+        if known.get("key") == key:
+            return Accel(known["name"], known["reason"])
+    except (OSError, ValueError, KeyError):
+        pass
+    result = _probe(kernel)
+    cache.write_text(json.dumps({"key": key, "name": result.name, "reason": result.reason}))
+    return result
+
+
+def _probe(kernel: Path) -> Accel:
+    cmd = [
+        "qemu-system-x86_64", "-machine", "q35", "-accel", "kvm", "-cpu", "host", "-m", "256", "-nographic",
+        "-no-reboot", "-nic", "none", "-kernel", str(kernel), "-append", "console=ttyS0 panic=-1",
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(cmd, capture_output=True, timeout=PROBE_SECONDS)
+        out, err = proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        out, err = exc.stdout or b"", exc.stderr or b""
+    text = out.decode(errors="replace")
+    if "VFS:" in text or "Kernel panic" in text:
+        return Accel("kvm", "KVM boots the guest kernel")
+    errors = [line for line in err.decode(errors="replace").splitlines() if line.strip()]
+    why = f": {errors[0].removeprefix('qemu-system-x86_64: ')}" if errors else ""
+    return Accel("tcg", f"KVM is present but the guest kernel does not boot under it (e.g. a PVM host){why}")

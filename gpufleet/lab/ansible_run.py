@@ -1,0 +1,82 @@
+"""Run a playbook with the project's ansible.cfg, stream its progress, keep its log, parse its recap."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpufleet.lab.config import lab_dir
+
+RECAP = re.compile(
+    r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)\s+"
+    r"failed=(?P<failed>\d+)\s+skipped=(?P<skipped>\d+)\s+rescued=(?P<rescued>\d+)\s+ignored=(?P<ignored>\d+)"
+)
+
+
+@dataclass
+class PlaybookResult:
+    rc: int
+    recap: dict[str, dict[str, int]]
+    seconds: float
+    log: Path
+    output: str
+
+
+def parse_recap(output: str) -> dict[str, dict[str, int]]:
+    recap = {}
+    for line in output.splitlines():
+        m = RECAP.match(line.strip())
+        if m:
+            recap[m["host"]] = {k: int(v) for k, v in m.groupdict().items() if k != "host"}
+    return recap
+
+
+def run_playbook(
+    playbook: Path,
+    inventory: Path,
+    extra_vars: dict[str, Any] | None = None,
+    check: bool = False,
+    limit: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    repo: Path | None = None,
+) -> PlaybookResult:
+    repo = repo or playbook.resolve().parents[1]
+    bin_dir = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+    }
+    cmd = [str(bin_dir / "ansible-playbook"), "-i", str(inventory), str(playbook)]
+    if extra_vars:
+        cmd += ["-e", json.dumps(extra_vars)]
+    if check:
+        cmd += ["--check", "--diff"]
+    if limit:
+        cmd += ["--limit", limit]
+    logs = lab_dir() / "logs"
+    logs.mkdir(exist_ok=True)
+    log = logs / f"{time.strftime('%Y%m%d-%H%M%S')}-{playbook.stem}{'-check' if check else ''}.log"
+    started = time.monotonic()
+    lines: list[str] = []
+    with log.open("w") as f:
+        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            f.write(line)
+            lines.append(line)
+            if progress and (line.startswith("TASK [") or line.startswith("PLAY [") or line.startswith("fatal:")):
+                progress(line.strip().rstrip("*").strip())
+        rc = proc.wait()
+    output = "".join(lines)
+    return PlaybookResult(rc, parse_recap(output), time.monotonic() - started, log, output)

@@ -1,0 +1,51 @@
+"""Where the lab keeps its files, and the shape of a lab host (see docs/lab.md)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """``$GPUFLEET_CACHE`` or ``~/.cache/gpufleet``: big downloads and the lab's files, never in the repository."""
+    return Path(os.environ.get("GPUFLEET_CACHE") or Path.home() / ".cache" / "gpufleet")
+
+
+def lab_dir() -> Path:
+    path = cache_dir() / "lab"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass(frozen=True)
+class HostShape:
+    """A lab host: two sockets of two cores, one NUMA node each; node 0 is larger because it also holds the
+    memory below 4 GiB, and needs a whole aligned GiB above it for a 1 GiB hugepage."""
+
+    sockets: int = 2
+    cores_per_socket: int = 2
+    node_mib: tuple[int, ...] = (4096, 2048)
+    disk_gib: int = 8
+    sriov_vfs: int = 4  # the NVMe controller's sriov_max_vfs
+    sriov_node: int = 1
+
+    @property
+    def vcpus(self) -> int:
+        return self.sockets * self.cores_per_socket
+
+    @property
+    def memory_mib(self) -> int:
+        return sum(self.node_mib)
+
+
+SHAPE = HostShape()
+SSH_PORT_BASE = 22220  # lab host N listens on 127.0.0.1:(base + N)
+REDFISH_PORT = 8000
+DOMAIN_PREFIX = "gpufleet-"
+
+
+def host_uuid(name: str) -> str:
+    """A fixed UUID per host name (the BMC addresses hosts by it)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpufleet-lab:{name}"))

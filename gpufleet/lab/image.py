@@ -1,0 +1,269 @@
+"""The lab's disk image: Debian 12 that boots from its own disk through GRUB.
+
+Built once and cached under ``<lab dir>/images/<recipe hash>/``: ``debootstrap`` into a folder, a partitioned raw
+disk filled with ``mkfs.ext4 -E offset=... -d`` (no loop devices, no mounts), qcow2, then one boot with the kernel
+passed directly during which the guest installs GRUB on its disk and powers off. The recipe hash covers the
+package list, the customization in this file and the lab's SSH key, so a change to any of them rebuilds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufleet.lab import accel
+from gpufleet.lab.config import lab_dir
+
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+PACKAGES = [
+    "linux-image-amd64", "systemd-sysv", "udev", "dbus", "kmod", "initramfs-tools", "procps", "iproute2",
+    "openssh-server", "python3", "sudo", "grub-pc", "numactl", "pciutils", "nvme-cli", "irqbalance",
+]  # fmt: skip
+RECIPE_VERSION = 2  # bump when the customization below changes in a way the hash would not see
+TOOLS = {
+    "debootstrap": "debootstrap",
+    "sfdisk": "fdisk",
+    "mkfs.ext4": "e2fsprogs",
+    "qemu-img": "qemu-utils",
+    "qemu-system-x86_64": "qemu-system-x86",
+}
+
+Progress = Callable[[str], None]
+
+
+class ImageError(RuntimeError):
+    """The image cannot be built; the message says what is missing or what failed."""
+
+
+@dataclass(frozen=True)
+class Image:
+    path: Path  # base.qcow2
+    kernel: Path
+    initrd: Path
+    recipe: str
+    built_now: bool
+    seconds: float
+
+
+GRUB_SERVICE = """\
+[Unit]
+Description=gpufleet lab image: install GRUB on the boot disk, then power off
+ConditionPathExists=!/var/lib/gpufleet/grub-installed
+After=local-fs.target
+
+[Service]
+Type=oneshot
+ExecStart=/usr/sbin/grub-install /dev/vda
+ExecStart=/usr/sbin/update-grub
+ExecStart=/usr/bin/mkdir -p /var/lib/gpufleet
+ExecStart=/usr/bin/touch /var/lib/gpufleet/grub-installed
+ExecStart=/usr/bin/sh -c 'echo uninitialized > /etc/machine-id'
+ExecStart=/usr/bin/echo gpufleet-image-ready
+ExecStart=/usr/bin/systemctl --no-block poweroff
+StandardOutput=journal+console
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+FIRSTBOOT_SERVICE = """\
+[Unit]
+Description=gpufleet lab host: own SSH host keys and hostname (from the BMC's SMBIOS serial)
+ConditionFirstBoot=yes
+Before=ssh.service
+After=local-fs.target
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/sh -c 'rm -f /etc/ssh/ssh_host_* && ssh-keygen -A'
+ExecStart=/usr/bin/sh -c 'n=$(cat /sys/class/dmi/id/product_serial); [ -z "$n" ] || hostnamectl set-hostname "$n"'
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+FILES = {
+    "etc/fstab": "/dev/vda1 / ext4 errors=remount-ro 0 1\n",
+    "etc/hostname": "lab\n",
+    "etc/resolv.conf": "nameserver 10.0.2.3\n",  # QEMU user networking's DNS
+    "etc/systemd/network/20-lab.network": "[Match]\nName=en*\n\n[Network]\nDHCP=yes\n",
+    "etc/systemd/system/gpufleet-install-grub.service": GRUB_SERVICE,
+    "etc/systemd/system/gpufleet-firstboot.service": FIRSTBOOT_SERVICE,
+    "etc/default/grub.d/10-lab-console.cfg": (
+        'GRUB_TIMEOUT=1\nGRUB_CMDLINE_LINUX_DEFAULT="console=ttyS0,115200"\n'
+        'GRUB_TERMINAL="serial console"\nGRUB_SERIAL_COMMAND="serial --speed=115200"\n'
+    ),
+}
+# systemd-firstboot would ask for a locale and time zone on the console of each new host: the lab sets them
+MASK = ["systemd-firstboot.service"]
+ENABLE = {
+    "multi-user.target.wants": [
+        "/lib/systemd/system/systemd-networkd.service",
+        "/etc/systemd/system/gpufleet-install-grub.service",
+        "/etc/systemd/system/gpufleet-firstboot.service",
+    ]
+}
+
+
+def ssh_key() -> Path:
+    """The lab-only SSH key (created once)."""
+    key = lab_dir() / "id_ed25519"
+    if not key.exists():
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-lab", "-f", str(key)], check=True
+        )
+    return key
+
+
+def recipe_hash() -> str:
+    recipe = {
+        "suite": SUITE,
+        "mirror": MIRROR,
+        "packages": PACKAGES,
+        "files": FILES,
+        "enable": ENABLE,
+        "mask": MASK,
+        "version": RECIPE_VERSION,
+        "key": ssh_key().with_suffix(".pub").read_text().split()[1],
+    }
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def missing_tools() -> dict[str, str]:
+    return {tool: pkg for tool, pkg in TOOLS.items() if shutil.which(tool) is None}
+
+
+def ensure_image(progress: Progress = print, force: bool = False) -> Image:
+    """The cached image, built first if its recipe changed (or ``force``)."""
+    recipe = recipe_hash()
+    final = lab_dir() / "images" / recipe
+    if (final / "base.qcow2").exists() and not force:
+        return Image(final / "base.qcow2", final / "vmlinuz", final / "initrd.img", recipe, False, 0.0)
+    missing = missing_tools()
+    if missing:
+        raise ImageError(
+            "cannot build the lab image, missing "
+            + ", ".join(missing)
+            + f": apt-get install {' '.join(sorted(set(missing.values())))} (make setup installs them)"
+        )
+    started = time.monotonic()
+    work = lab_dir() / f"build-{recipe}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    rootfs = work / "rootfs"
+    progress(f"debootstrap Debian {SUITE} (packages cached in {lab_dir() / 'debs'})")
+    debs = lab_dir() / "debs"
+    debs.mkdir(exist_ok=True)
+    _run(
+        ["debootstrap", "--variant=minbase", f"--cache-dir={debs}", "--include=" + ",".join(PACKAGES),
+         SUITE, str(rootfs), MIRROR],
+        work / "debootstrap.log", progress,
+    )  # fmt: skip
+    progress("customizing the root filesystem")
+    _customize(rootfs)
+    staging = work / "image"
+    staging.mkdir()
+    kernel = sorted((rootfs / "boot").glob("vmlinuz-*"))[-1]
+    initrd = sorted((rootfs / "boot").glob("initrd.img-*"))[-1]
+    shutil.copy2(kernel, staging / "vmlinuz")
+    shutil.copy2(initrd, staging / "initrd.img")
+    progress("assembling the disk (sfdisk, mkfs.ext4 -d, qcow2)")
+    raw = work / "disk.raw"
+    size = 8 * 1024**3
+    with raw.open("wb") as f:
+        f.truncate(size)
+    subprocess.run(
+        ["sfdisk", "-q", str(raw)], input="label: dos\nstart=2048, type=83, bootable\n", text=True, check=True
+    )
+    fs_kib = (size - 1024 * 1024) // 1024
+    subprocess.run(
+        ["mkfs.ext4", "-q", "-F", "-L", "labroot", "-E", "offset=1048576", "-d", str(rootfs), str(raw), f"{fs_kib}k"],
+        check=True,
+    )
+    subprocess.run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(staging / "base.qcow2")], check=True)
+    raw.unlink()
+    shutil.rmtree(rootfs)
+    mode = accel.detect(staging / "vmlinuz")
+    progress(f"first boot ({mode.name}): the guest installs GRUB on its disk, then powers off")
+    _first_boot(staging, mode, work / "first-boot.log")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(final, ignore_errors=True)
+    staging.rename(final)
+    seconds = time.monotonic() - started
+    (final / "recipe.json").write_text(
+        json.dumps({"recipe": recipe, "seconds": round(seconds, 1), "built": time.time()})
+    )
+    shutil.rmtree(work, ignore_errors=True)
+    for old in (lab_dir() / "images").iterdir():
+        if old.name != recipe:
+            shutil.rmtree(old, ignore_errors=True)
+    return Image(final / "base.qcow2", final / "vmlinuz", final / "initrd.img", recipe, True, seconds)
+
+
+def _run(cmd: list[str], log: Path, progress: Progress) -> None:
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        last = time.monotonic()
+        for line in proc.stdout:
+            out.write(line)
+            if time.monotonic() - last > 10 and line.startswith("I: "):
+                progress("  " + line.strip())
+                last = time.monotonic()
+        if proc.wait():
+            raise ImageError(f"{cmd[0]} failed (exit {proc.returncode}); see {log}")
+
+
+def _customize(rootfs: Path) -> None:
+    for rel, content in FILES.items():
+        path = rootfs / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink():
+            path.unlink()
+        path.write_text(content)
+    for target, units in ENABLE.items():
+        wants = rootfs / "etc/systemd/system" / target
+        wants.mkdir(parents=True, exist_ok=True)
+        for unit in units:
+            link = wants / Path(unit).name
+            if not link.exists():
+                link.symlink_to(unit)
+    for unit in MASK:
+        link = rootfs / "etc/systemd/system" / unit
+        link.unlink(missing_ok=True)
+        link.symlink_to("/dev/null")
+    ssh = rootfs / "root/.ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    (ssh / "authorized_keys").write_text(ssh_key().with_suffix(".pub").read_text())
+    (ssh / "authorized_keys").chmod(0o600)
+    (rootfs / "etc/machine-id").write_text("uninitialized\n")
+    subprocess.run(["chroot", str(rootfs), "apt-get", "clean"], check=True)
+    shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
+    (rootfs / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
+
+
+def _first_boot(staging: Path, mode: accel.Accel, log: Path) -> None:
+    cmd = [
+        "qemu-system-x86_64", "-machine", "q35", *mode.qemu_args, "-smp", "2", "-m", "1024",
+        "-nographic", "-no-reboot", "-nic", "none",
+        "-kernel", str(staging / "vmlinuz"), "-initrd", str(staging / "initrd.img"),
+        "-append", "root=/dev/vda1 rw console=ttyS0 panic=10",
+        "-drive", f"file={staging / 'base.qcow2'},if=virtio,format=qcow2",
+    ]  # fmt: skip
+    with log.open("w") as out:
+        try:
+            subprocess.run(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=900, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise ImageError(f"the image's first boot did not finish in 15 minutes; see {log}") from None
+    text = log.read_text(errors="replace")
+    if "gpufleet-image-ready" not in text:
+        raise ImageError(f"the image's first boot did not install GRUB; see {log}")

@@ -1,0 +1,150 @@
+"""`gpufleet lab verify`: each lab host's real state, read over SSH, against its topology plan."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpufleet.lab import ssh
+from gpufleet.yamldoc import read_yaml
+
+HOSTFACTS = Path(__file__).resolve().parents[1] / "hostfacts.py"
+KUBELET_DROPIN = "/etc/kubernetes/kubelet.conf.d/60-gpufleet-numa.conf"
+
+
+@dataclass
+class HostReport:
+    host: str
+    port: int
+    reachable: bool
+    facts: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)
+    cmdline: str = ""
+    kubelet: dict[str, Any] = field(default_factory=dict)
+    mismatches: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.reachable and not self.mismatches
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "ok": self.ok,
+            "reachable": self.reachable,
+            "cmdline": self.cmdline,
+            "numa_nodes": self.facts.get("numa_nodes", []),
+            "sriov": [
+                {"pci": d["pci"], "numvfs": d["sriov_numvfs"], "numa_node": d["numa_node"]}
+                for d in self.facts.get("sriov_devices", [])
+            ],
+            "kubelet": self.kubelet,
+            "mismatches": self.mismatches,
+        }
+
+    def render(self) -> str:
+        from gpufleet.hostfacts import format_cpulist
+
+        head = f"{self.host} (127.0.0.1:{self.port})  {'OK' if self.ok else 'MISMATCH' if self.reachable else 'UNREACHABLE'}"
+        if not self.reachable:
+            return head
+        lines = [head]
+        planned = {(h["numa_node"], h["size_kib"]): h["count"] for h in self.plan.get("hugepages", [])}
+        for node in self.facts["numa_nodes"]:
+            pages = []
+            for size, label in (("1048576", "1G"), ("2048", "2M")):
+                have = node["hugepages"].get(size, 0)
+                want = planned.get((node["id"], int(size)), 0)
+                pages.append(f"{label} x{have} (plan {want})")
+            lines.append(
+                f"  NUMA node {node['id']}: CPUs {format_cpulist(node['cpus'])}, {node['memory_kib'] / 1048576:.1f} GiB;"
+                f" hugepages {', '.join(pages)}"
+            )
+        for dev in self.facts.get("sriov_devices", []):
+            lines.append(
+                f"  SR-IOV {dev['pci']} (NUMA node {dev['numa_node']}): {dev['sriov_numvfs']} of {dev['sriov_totalvfs']} VFs"
+            )
+        lines.append(f"  /proc/cmdline: {self.cmdline}")
+        k = self.kubelet
+        if k:
+            lines.append(
+                f"  kubelet: cpuManagerPolicy {k.get('cpuManagerPolicy')}, reservedSystemCPUs {k.get('reservedSystemCPUs')},"
+                f" topologyManagerPolicy {k.get('topologyManagerPolicy')}, memoryManagerPolicy {k.get('memoryManagerPolicy')}"
+            )
+        lines += [f"  mismatch: {m}" for m in self.mismatches] or ["  matches its plan"]
+        return "\n".join(lines)
+
+
+def _remote_facts(key: Path, port: int) -> dict[str, Any]:
+    """The host's topology facts: gpufleet/hostfacts.py run by the host's own python3 (as the Ansible module does)."""
+    script = HOSTFACTS.read_text() + "\nimport json as _j\nprint(_j.dumps(read_host('/')))\n"
+    done = subprocess.run(
+        ssh.command(key, port, "python3 -"), input=script, capture_output=True, text=True, timeout=120
+    )
+    if done.returncode:
+        raise RuntimeError(f"reading facts over SSH: {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def host_report(name: str, port: int, key: Path, profile: Any) -> HostReport:
+    from gpufleet.catalog import load_catalog
+    from gpufleet.topology import plan
+
+    report = HostReport(name, port, ssh.reachable(key, port))
+    if not report.reachable:
+        return report
+    catalog = {pid: {"model": g.name, "mig": g.mig_capable} for g in load_catalog().gpus for pid in g.pci_ids}
+    report.facts = _remote_facts(key, port)
+    for gpu in report.facts["gpus"]:
+        known = catalog.get(f"{gpu['vendor']}:{gpu['device']}") or {}
+        gpu["model"], gpu["mig_capable"] = known.get("model"), known.get("mig")
+    wanted = plan(report.facts, profile, name)
+    report.plan = wanted.to_dict()
+    report.cmdline = report.facts["cmdline"]
+    running = set(report.cmdline.split())
+    for arg in wanted.kernel_args:
+        if arg not in running:
+            report.mismatches.append(f"/proc/cmdline lacks {arg}")
+    nodes = {n["id"]: n for n in report.facts["numa_nodes"]}
+    for h in wanted.hugepages:
+        have = nodes[h["numa_node"]]["hugepages"].get(str(h["size_kib"]), 0)
+        if have != h["count"]:
+            report.mismatches.append(
+                f"NUMA node {h['numa_node']}: {have} hugepages of {h['size_kib']} kB, plan {h['count']}"
+            )
+    devices = {d["pci"]: d for d in report.facts["sriov_devices"]}
+    for want in wanted.sriov:
+        have = devices.get(want["pci"], {}).get("sriov_numvfs", 0)
+        if have != want["numvfs"]:
+            report.mismatches.append(f"{want['pci']}: {have} VFs, plan {want['numvfs']}")
+    dropin = ssh.run(key, port, f"cat {KUBELET_DROPIN}", timeout=60)
+    if dropin.returncode:
+        report.mismatches.append(f"{KUBELET_DROPIN} is missing")
+    else:
+        doc, _ = read_yaml(KUBELET_DROPIN, dropin.stdout)
+        report.kubelet = {k: v for k, v in (doc or {}).items() if k not in ("apiVersion", "kind")}
+        for k, v in wanted.kubelet.items():
+            if json.loads(json.dumps(report.kubelet.get(k), default=str)) != json.loads(json.dumps(v)):
+                report.mismatches.append(f"kubelet {k} is {report.kubelet.get(k)!r}, plan {v!r}")
+    return report
+
+
+def lab_report(inventory: Path, stack_name: str) -> list[HostReport]:
+    """A report per host of the lab inventory, against the plan of the stack's tuning profile."""
+    from gpufleet.spec import find_project_root, load_stack, resolve_stack
+
+    doc, errors = read_yaml(inventory)
+    if errors:
+        raise RuntimeError(str(errors[0]))
+    stack = load_stack(resolve_stack(stack_name, find_project_root(inventory.parent))).stack
+    assert stack is not None and stack.baremetal is not None
+    reports = []
+    for group in stack.baremetal.host_groups:
+        hosts = (doc["all"]["children"].get(group.name) or {}).get("hosts") or {}
+        profile = stack.tuning_profile(group.tuning_profile)
+        for name, host in hosts.items():
+            reports.append(host_report(name, host["ansible_port"], Path(host["ansible_ssh_private_key_file"]), profile))
+    return reports

@@ -1,0 +1,293 @@
+"""Lab hosts as virtual machines: libvirt domains, or QEMU processes when libvirt cannot run.
+
+libvirt 9.0 (Debian 12) runs the hosts as ``type='qemu'`` (TCG) or ``type='kvm'`` domains. It rejects passt user
+networking, so the SSH-forwarding NIC and the NUMA-1 PCIe expander with the SR-IOV NVMe controller are passed in
+``<qemu:commandline>`` with fixed PCI addresses; only PCIe bridges may sit on the expander, so the virtio disk and
+NIC sit on ``pcie.0`` explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+from gpufleet.lab.accel import Accel
+from gpufleet.lab.config import DOMAIN_PREFIX, SHAPE, HostShape, lab_dir
+
+URI = "qemu:///system"
+QEMU_CONF = Path("/etc/libvirt/qemu.conf")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class LabHost:
+    name: str  # inventory name, e.g. lab-1
+    uuid: str
+    ssh_port: int
+    disk: Path  # qcow2 overlay of the image
+    namespace: Path  # raw file behind the SR-IOV NVMe controller's namespace
+    serial_log: Path
+
+    @property
+    def domain(self) -> str:
+        return DOMAIN_PREFIX + self.name
+
+
+# -- daemons the lab starts (and only those it stops) ---------------------------------------------------------
+
+
+def _daemons_file() -> Path:
+    return lab_dir() / "daemons.json"
+
+
+def started_daemons() -> dict[str, int]:
+    try:
+        return json.loads(_daemons_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def record_daemon(name: str, pid: int | None) -> None:
+    known = started_daemons()
+    if pid is None:
+        known.pop(name, None)
+    else:
+        known[name] = pid
+    _daemons_file().write_text(json.dumps(known))
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _pids(name: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True, check=False).stdout
+    return [int(p) for p in out.split()]
+
+
+def stop_started_daemons(progress: Progress, names: tuple[str, ...] = ("sushy", "libvirtd", "virtlogd")) -> None:
+    """Stop the daemons this lab started, by PID, in the given order."""
+    known = started_daemons()
+    for name in names:
+        pid = known.get(name)
+        if pid and alive(pid):
+            progress(f"stopping {name} (pid {pid}), which the lab started")
+            os.kill(pid, signal.SIGTERM)
+            for _ in range(50):
+                if not alive(pid):
+                    break
+                time.sleep(0.1)
+        record_daemon(name, None)
+
+
+# -- libvirt -------------------------------------------------------------------------------------------------
+
+
+class LibvirtUnavailable(RuntimeError):
+    pass
+
+
+def virsh(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(["virsh", "-c", URI, *args], capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode:
+        raise LibvirtUnavailable(f"virsh {' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def _configure_qemu_conf(progress: Progress) -> bool:
+    """QEMU as root: with /dev/kvm root-only, libvirt otherwise re-probes QEMU on every call (~68 s each).
+    Returns whether the file changed."""
+    text = QEMU_CONF.read_text()
+    lines = text.splitlines()
+    wanted = {"user": 'user = "root"', "group": 'group = "root"'}
+    if all(any(line.strip() == w for line in lines) for w in wanted.values()):
+        return False
+    backup = QEMU_CONF.with_name("qemu.conf.gpufleet-orig")
+    if not backup.exists():
+        shutil.copy2(QEMU_CONF, backup)
+    out, done = [], set()
+    for line in lines:
+        key = line.lstrip("#").split("=", 1)[0].strip()
+        if key in wanted and key not in done and ("=" in line) and line.lstrip("#").strip().startswith(key + " "):
+            out.append(wanted[key])
+            done.add(key)
+        else:
+            out.append(line)
+    out += [wanted[k] for k in wanted if k not in done]
+    QEMU_CONF.write_text("\n".join(out) + "\n")
+    progress(f"set user/group = root in {QEMU_CONF} (original kept as {backup.name})")
+    return True
+
+
+def ensure_libvirt(progress: Progress) -> None:
+    """libvirt's daemons running with the lab's qemu.conf; starts those that are not (without systemd)."""
+    for tool in ("virsh", "libvirtd", "virtlogd", "qemu-system-x86_64"):
+        if shutil.which(tool) is None:
+            raise LibvirtUnavailable(f"{tool} is not installed (apt-get install libvirt-daemon-system qemu-system-x86)")
+    if not QEMU_CONF.exists():
+        raise LibvirtUnavailable(f"{QEMU_CONF} is missing")
+    changed = _configure_qemu_conf(progress)
+    ours = started_daemons()
+    running = _pids("libvirtd")
+    if changed and running:
+        if ours.get("libvirtd") in running:
+            progress("restarting libvirtd (the lab's) for the new qemu.conf")
+            stop_started_daemons(progress, ("libvirtd",))
+            running = []
+        else:
+            progress("warning: libvirtd was running before the lab changed qemu.conf; restart it to apply")
+    if not _pids("virtlogd"):
+        subprocess.run(["virtlogd", "-d"], check=True)
+        time.sleep(0.3)
+        record_daemon("virtlogd", max(_pids("virtlogd"), default=None))
+    if not running:
+        progress("starting libvirtd (its first start probes QEMU, ~15 s)")
+        subprocess.run(["libvirtd", "-d"], check=True)
+        time.sleep(0.5)
+        record_daemon("libvirtd", max(_pids("libvirtd"), default=None))
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if virsh("version", check=False, timeout=120).returncode == 0:
+            return
+        time.sleep(1)
+    raise LibvirtUnavailable("libvirtd started but does not answer on " + URI)
+
+
+def domain_xml(host: LabHost, accel: Accel, shape: HostShape = SHAPE) -> str:
+    cells, cpu = [], 0
+    per_node = shape.vcpus // len(shape.node_mib)
+    for node, mib in enumerate(shape.node_mib):
+        cells.append(f"<cell id='{node}' cpus='{cpu}-{cpu + per_node - 1}' memory='{mib}' unit='MiB'/>")
+        cpu += per_node
+    cpu_mode = "host-passthrough" if accel.name == "kvm" else "maximum"
+    args = qemu_device_args(host, shape)
+    qemu_args = "".join(f"<qemu:arg value='{escape(a)}'/>" for a in args)
+    return f"""<domain type='{accel.libvirt_type}' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
+  <name>{host.domain}</name>
+  <uuid>{host.uuid}</uuid>
+  <memory unit='MiB'>{shape.memory_mib}</memory>
+  <vcpu>{shape.vcpus}</vcpu>
+  <sysinfo type='smbios'><system><entry name='serial'>{host.name}</entry></system></sysinfo>
+  <os><type arch='x86_64' machine='q35'>hvm</type><boot dev='hd'/><smbios mode='sysinfo'/></os>
+  <features><acpi/><apic/></features>
+  <cpu mode='{cpu_mode}' check='none'>
+    <topology sockets='{shape.sockets}' dies='1' cores='{shape.cores_per_socket}' threads='1'/>
+    <numa>{"".join(cells)}</numa>
+  </cpu>
+  <on_poweroff>destroy</on_poweroff>
+  <on_reboot>restart</on_reboot>
+  <on_crash>destroy</on_crash>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2' discard='unmap'/>
+      <source file='{host.disk}'/>
+      <target dev='vda' bus='virtio'/>
+      <address type='pci' domain='0x0000' bus='0x00' slot='0x05' function='0x0'/>
+    </disk>
+    <controller type='usb' model='none'/>
+    <serial type='file'><source path='{host.serial_log}' append='on'/><target port='0'/></serial>
+    <memballoon model='none'/>
+  </devices>
+  <qemu:commandline>{qemu_args}</qemu:commandline>
+</domain>
+"""
+
+
+def qemu_device_args(host: LabHost, shape: HostShape = SHAPE) -> list[str]:
+    """The SSH-forwarding NIC on pcie.0 and, on NUMA node ``sriov_node``, a PCIe expander bridge with a root port
+    holding an NVMe controller with SR-IOV (and a detached namespace, as QEMU 7.2 requires)."""
+    return [
+        "-netdev", f"user,id=labnet0,hostfwd=tcp:127.0.0.1:{host.ssh_port}-:22",
+        "-device", "virtio-net-pci,netdev=labnet0,bus=pcie.0,addr=0x10",
+        "-device", f"pxb-pcie,id=pxb1,bus_nr=128,numa_node={shape.sriov_node},bus=pcie.0,addr=0x11",
+        "-device", "pcie-root-port,id=labrp1,bus=pxb1,chassis=11",
+        "-device", f"nvme-subsys,id=labsubsys,nqn=nqn.2026-11.io.gpufleet:{host.name}",
+        "-device", f"nvme,id=labnvme,serial={host.name}-sriov,subsys=labsubsys,bus=labrp1,"
+        f"sriov_max_vfs={shape.sriov_vfs},sriov_vq_flexible={2 * shape.sriov_vfs},sriov_vi_flexible={shape.sriov_vfs}",
+        "-drive", f"file={host.namespace},if=none,id=labns,format=raw",
+        "-device", "nvme-ns,drive=labns,nsid=1,detached=on,shared=on",
+    ]  # fmt: skip
+
+
+def define(host: LabHost, accel: Accel) -> None:
+    path = host.disk.parent / "domain.xml"
+    path.write_text(domain_xml(host, accel))
+    virsh("define", str(path))
+
+
+def domain_state(host: LabHost) -> str:
+    proc = virsh("domstate", host.domain, check=False, timeout=60)
+    return proc.stdout.strip() if proc.returncode == 0 else "undefined"
+
+
+def remove_domain(host: LabHost) -> None:
+    if domain_state(host) == "undefined":
+        return
+    virsh("destroy", host.domain, check=False)
+    virsh("undefine", host.domain, check=False)
+
+
+def lab_domains() -> list[str]:
+    out = virsh("list", "--all", "--name", check=False).stdout
+    return [d for d in out.split() if d.startswith(DOMAIN_PREFIX)]
+
+
+# -- direct QEMU (when libvirt cannot run) -------------------------------------------------------------------
+
+
+def qemu_command(host: LabHost, accel: Accel, shape: HostShape = SHAPE) -> list[str]:
+    """The same host as a plain QEMU process (daemonized, pid file next to its disk)."""
+    per_node = shape.vcpus // len(shape.node_mib)
+    numa: list[str] = []
+    for node, mib in enumerate(shape.node_mib):
+        numa += ["-object", f"memory-backend-ram,id=labmem{node},size={mib}M",
+                 "-numa", f"node,nodeid={node},cpus={node * per_node}-{(node + 1) * per_node - 1},memdev=labmem{node}"]  # fmt: skip
+    return [
+        "qemu-system-x86_64", "-name", host.domain, "-uuid", host.uuid, "-machine", "q35", *accel.qemu_args,
+        "-smp", f"{shape.vcpus},sockets={shape.sockets},cores={shape.cores_per_socket},threads=1",
+        "-m", f"{shape.memory_mib}M", *numa,
+        "-smbios", f"type=1,serial={host.name}",
+        "-drive", f"file={host.disk},if=none,id=labdisk,format=qcow2",
+        "-device", "virtio-blk-pci,drive=labdisk,bus=pcie.0,addr=0x5",
+        *qemu_device_args(host, shape),
+        "-display", "none", "-serial", f"file:{host.serial_log}",
+        "-daemonize", "-pidfile", str(host.disk.parent / "qemu.pid"),
+    ]  # fmt: skip
+
+
+def qemu_pid(host: LabHost) -> int | None:
+    try:
+        pid = int((host.disk.parent / "qemu.pid").read_text())
+    except (OSError, ValueError):
+        return None
+    return pid if alive(pid) else None
+
+
+def qemu_start(host: LabHost, accel: Accel) -> None:
+    if qemu_pid(host) is None:
+        subprocess.run(qemu_command(host, accel), check=True)
+
+
+def qemu_stop(host: LabHost) -> None:
+    pid = qemu_pid(host)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(100):
+            if not alive(pid):
+                break
+            time.sleep(0.1)
