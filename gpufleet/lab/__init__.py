@@ -7,7 +7,9 @@ off through Redfish, removes them and stops only what the lab started. See docs/
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -76,10 +78,8 @@ class Lab:
         used: set[int] = set()
         for path in lab_dir().glob("lab-*.json"):
             if path != self.state_path:
-                try:
+                with contextlib.suppress(OSError, ValueError, KeyError):
                     used |= {h["ssh_port"] for h in json.loads(path.read_text()).get("hosts", [])}
-                except (OSError, ValueError, KeyError):
-                    pass
         return used
 
     def hosts(self) -> list[virt.LabHost]:
@@ -116,10 +116,12 @@ class Lab:
         say(f"accelerator: {'KVM' if accel.name == 'kvm' else 'software emulation (TCG)'} — {accel.reason}")
         backend, reason = "libvirt", None
         try:
+            if os.environ.get("GPUFLEET_LAB_BACKEND") == "qemu":
+                raise virt.LibvirtUnavailable("GPUFLEET_LAB_BACKEND=qemu asks for QEMU without libvirt")
             virt.ensure_libvirt(say)
         except virt.LibvirtUnavailable as exc:
             backend, reason = "qemu", str(exc)
-            say(f"libvirt cannot run here ({exc}): starting the VMs with QEMU directly; no Redfish BMCs")
+            say(f"libvirt not used ({exc}): starting the VMs with QEMU directly; Redfish BMCs are unavailable")
         hosts = self.hosts()
         if fresh:
             self._remove_hosts(hosts, backend)

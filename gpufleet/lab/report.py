@@ -48,7 +48,8 @@ class HostReport:
     def render(self) -> str:
         from gpufleet.hostfacts import format_cpulist
 
-        head = f"{self.host} (127.0.0.1:{self.port})  {'OK' if self.ok else 'MISMATCH' if self.reachable else 'UNREACHABLE'}"
+        verdict = "OK" if self.ok else "MISMATCH" if self.reachable else "UNREACHABLE"
+        head = f"{self.host} (127.0.0.1:{self.port})  {verdict}"
         if not self.reachable:
             return head
         lines = [head]
@@ -59,20 +60,20 @@ class HostReport:
                 have = node["hugepages"].get(size, 0)
                 want = planned.get((node["id"], int(size)), 0)
                 pages.append(f"{label} x{have} (plan {want})")
-            lines.append(
-                f"  NUMA node {node['id']}: CPUs {format_cpulist(node['cpus'])}, {node['memory_kib'] / 1048576:.1f} GiB;"
-                f" hugepages {', '.join(pages)}"
-            )
+            gib = node["memory_kib"] / 1048576
+            lines.append(f"  NUMA node {node['id']}: CPUs {format_cpulist(node['cpus'])}, {gib:.1f} GiB;")
+            lines[-1] += f" hugepages {', '.join(pages)}"
         for dev in self.facts.get("sriov_devices", []):
-            lines.append(
-                f"  SR-IOV {dev['pci']} (NUMA node {dev['numa_node']}): {dev['sriov_numvfs']} of {dev['sriov_totalvfs']} VFs"
-            )
+            vfs = f"{dev['sriov_numvfs']} of {dev['sriov_totalvfs']} VFs"
+            lines.append(f"  SR-IOV {dev['pci']} (NUMA node {dev['numa_node']}): {vfs}")
         lines.append(f"  /proc/cmdline: {self.cmdline}")
         k = self.kubelet
         if k:
             lines.append(
-                f"  kubelet: cpuManagerPolicy {k.get('cpuManagerPolicy')}, reservedSystemCPUs {k.get('reservedSystemCPUs')},"
-                f" topologyManagerPolicy {k.get('topologyManagerPolicy')}, memoryManagerPolicy {k.get('memoryManagerPolicy')}"
+                f"  kubelet: cpuManagerPolicy {k.get('cpuManagerPolicy')},"
+                f" reservedSystemCPUs {k.get('reservedSystemCPUs')},"
+                f" topologyManagerPolicy {k.get('topologyManagerPolicy')},"
+                f" memoryManagerPolicy {k.get('memoryManagerPolicy')}"
             )
         lines += [f"  mismatch: {m}" for m in self.mismatches] or ["  matches its plan"]
         return "\n".join(lines)

@@ -255,8 +255,9 @@ def qemu_command(host: LabHost, accel: Accel, shape: HostShape = SHAPE) -> list[
     per_node = shape.vcpus // len(shape.node_mib)
     numa: list[str] = []
     for node, mib in enumerate(shape.node_mib):
+        cpus = f"{node * per_node}-{(node + 1) * per_node - 1}"
         numa += ["-object", f"memory-backend-ram,id=labmem{node},size={mib}M",
-                 "-numa", f"node,nodeid={node},cpus={node * per_node}-{(node + 1) * per_node - 1},memdev=labmem{node}"]  # fmt: skip
+                 "-numa", f"node,nodeid={node},cpus={cpus},memdev=labmem{node}"]  # fmt: skip
     return [
         "qemu-system-x86_64", "-name", host.domain, "-uuid", host.uuid, "-machine", "q35", *accel.qemu_args,
         "-smp", f"{shape.vcpus},sockets={shape.sockets},cores={shape.cores_per_socket},threads=1",

@@ -357,8 +357,8 @@ def test_kubelet_plan_does_not_move_with_boot_to_boot_memtotal_noise():
             {"id": 0, "cpus": [0, 1], "memory_kib": node0_kib, "hugepages": {}},
             {"id": 1, "cpus": [2, 3], "memory_kib": node1_kib, "hugepages": {}},
         ]
-        return {"cpu_vendor": "AuthenticAMD", "kernel": "6.1.0-50-amd64", "memory_kib": node0_kib + node1_kib,
-                "numa_nodes": nodes, "cores": cores, "smt": False, "gpus": [], "nics": [], "sriov_devices": []}  # fmt: skip
+        host = {"cpu_vendor": "AuthenticAMD", "kernel": "6.1.0-50-amd64", "memory_kib": node0_kib + node1_kib}
+        return host | {"numa_nodes": nodes, "cores": cores, "smt": False, "gpus": [], "nics": [], "sriov_devices": []}
 
     first = plan(lab_host(4016120, 2060868), profile, "lab-1").kubelet
     second = plan(lab_host(4061380, 2015616), profile, "lab-1").kubelet
