@@ -17,7 +17,8 @@ help:
 	@echo "make test-slow  the long scenarios kept out of 'make test'"
 	@echo "make lint       ruff, yamllint, ansible-lint (production profile)"
 	@echo "make bench      performance figures"
-	@echo "make lab        bring up the local bare-metal lab and converge it"
+	@echo "make lab        bring up the local bare-metal lab, converge it, report its state (stays running)"
+	@echo "make lab-down   stop the lab"
 
 setup: $(STAMP)
 
@@ -26,7 +27,7 @@ $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "==> installing gpufleet and its tools into $(VENV) (first run downloads ~300 MB, cached in $(PIP_CACHE_DIR))"
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,lab]'
 	@touch $@
 
 lint: setup
@@ -35,8 +36,9 @@ lint: setup
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint -q
 
+# Fast tests first, then the lab (real VMs: the image is built once and cached in ~/.cache/gpufleet/lab).
 test: setup lint
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" tests/unit tests/ansible tests/lab
 
 # pytest exits 5 when no test is selected; say so rather than fail.
 test-slow: setup
@@ -46,9 +48,14 @@ test-slow: setup
 bench: setup
 	$(BIN)/python benchmarks/run.py
 
-# Until the lab exists, say so in one line and fail; nothing is started.
-lab lab-down:
-	$(error gpufleet: the local lab is not built yet (it arrives with the lab issue); nothing was started)
+# The local bare-metal lab: up (image cached), converge with ansible/site.yml, verify; it stays running.
+lab: setup
+	$(BIN)/gpufleet lab up
+	$(BIN)/gpufleet lab converge
+	$(BIN)/gpufleet lab verify
+
+lab-down: setup
+	$(BIN)/gpufleet lab down
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build *.egg-info
