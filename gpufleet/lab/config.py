@@ -23,10 +23,9 @@ def lab_dir() -> Path:
 class HostShape:
     """A lab host: two sockets of two cores, one NUMA node each.
 
-    Node 0 holds the memory below 4 GiB and needs whole aligned GiBs above it for a 1 GiB hugepage. Node 1
-    gets three GiBs, not two: the kernel image (placed at a random physical address by KASLR), the initrd
-    and the node's own page structures can each spoil one aligned GiB, and with two a boot-time 1 GiB page
-    on node 1 failed on about one boot in two."""
+    Node 0 holds the memory below 4 GiB (kernel, initrd) and needs whole aligned GiBs above it for a 1 GiB
+    hugepage; node 1 gets three GiBs because its own page structures take its top one. With two, a boot-time
+    1 GiB page on node 1 was missing on some boots (the image also boots with ``nokaslr``: see image.py)."""
 
     sockets: int = 2
     cores_per_socket: int = 2
