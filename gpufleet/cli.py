@@ -555,23 +555,26 @@ def _render_topology(p: Any, facts: dict[str, Any]) -> None:
 LAB_STACK = "lab-local"
 
 
-def _stamp() -> Any:
+def _stamp(to_stderr: bool = False) -> Any:
+    """A progress printer with seconds since start; on stderr when stdout carries --json output."""
     import time
 
     start = time.monotonic()
 
     from rich.markup import escape
 
+    console = err if to_stderr else out
+
     def say(message: str) -> None:
-        out.print(f"[dim]{time.monotonic() - start:6.0f}s[/dim]  {escape(message)}", markup=True, highlight=False)
+        console.print(f"[dim]{time.monotonic() - start:6.0f}s[/dim]  {escape(message)}", markup=True, highlight=False)
 
     return say
 
 
-def _lab(hosts: int, prefix: str = "lab") -> Any:
+def _lab(hosts: int, prefix: str = "lab", as_json: bool = False) -> Any:
     from gpufleet.lab import Lab
 
-    return Lab(prefix, hosts, progress=_stamp())
+    return Lab(prefix, hosts, progress=_stamp(to_stderr=as_json))
 
 
 def _lab_inventory(root: Path | None) -> Path:
@@ -622,7 +625,7 @@ def lab_up(
 
     inventory = inventory or _lab_inventory(root)
     try:
-        result = _lab(hosts, prefix).up(inventory=inventory, fresh=fresh)
+        result = _lab(hosts, prefix, as_json).up(inventory=inventory, fresh=fresh)
     except LabError as exc:
         err.print(f"[red]lab up failed:[/red] {exc}", markup=True)
         raise typer.Exit(EXIT_INVALID) from None
@@ -647,7 +650,7 @@ def lab_up(
 @lab_app.command("status")
 def lab_status(hosts: HostsOpt = 2, prefix: PrefixOpt = "lab", as_json: JsonOpt = False) -> None:
     """Hosts, their power state (through Redfish) and whether SSH answers."""
-    rows = _lab(hosts, prefix).status()
+    rows = _lab(hosts, prefix, as_json).status()
     if as_json:
         _emit_json([r.__dict__ for r in rows])
         return
