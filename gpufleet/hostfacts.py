@@ -7,8 +7,8 @@ a host, a recorded tree in tests), from these paths only:
 - ``sys/devices/system/node/node*/{cpulist,meminfo,hugepages/hugepages-*/nr_hugepages}``
 - ``sys/devices/system/cpu/cpu*/topology/{physical_package_id,core_id,thread_siblings_list}``
 - ``sys/bus/pci/devices/*/{vendor,device,class,numa_node,local_cpulist,sriov_totalvfs,sriov_numvfs}``,
-  ``.../net/*`` (interface names) and ``.../physfn`` (present on SR-IOV virtual functions, which are not
-  separate adapters)
+  ``.../net/*`` or ``.../virtio*/net/*`` (interface names) and ``.../physfn`` (present on SR-IOV virtual
+  functions, which are not separate adapters)
 - ``proc/cpuinfo`` (CPU vendor), ``proc/cmdline``, ``proc/meminfo``, ``proc/sys/kernel/osrelease``
 
 A device whose ``numa_node`` is ``-1`` is reported with ``numa_node: None`` (unknown), never as node 0.
@@ -94,6 +94,16 @@ def _numbered(directory: str, prefix: str) -> list[tuple[int, str]]:
     return sorted(out)
 
 
+def _interfaces(path: str) -> list[str]:
+    """Network interface names of a PCI device: under ``net/``, or for virtio devices under ``virtio<N>/net/``."""
+    names: list[str] = []
+    for _, dev in [(0, path), *_numbered(path, "virtio")]:
+        net = os.path.join(dev, "net")
+        if os.path.isdir(net):
+            names += os.listdir(net)
+    return sorted(names)
+
+
 def _numa(path: str) -> int | None:
     node = _int(os.path.join(path, "numa_node"))
     return None if node is None or node < 0 else node
@@ -154,8 +164,7 @@ def read_pci(root: str, gpu_catalog: dict[str, Any]) -> dict[str, list[dict[str,
             "numa_node": _numa(path),
         }
         totalvfs = _int(os.path.join(path, "sriov_totalvfs"), 0)
-        net = os.path.join(path, "net")
-        interfaces = sorted(os.listdir(net)) if os.path.isdir(net) else []
+        interfaces = _interfaces(path)
         if cls in GPU_CLASSES.get(vendor, ()) and not is_vf:
             known = gpu_catalog.get(f"{vendor}:{device}") or {}
             gpu = dict(common)

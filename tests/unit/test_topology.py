@@ -11,11 +11,14 @@ from hypothesis import strategies as st
 
 from gpufleet.catalog import load_catalog
 from gpufleet.hostfacts import parse_cpulist, read_host
+from gpufleet.spec import load_stack
 from gpufleet.spec.models import TuningProfile
 from gpufleet.topology import TopologyError, node_reserve_mib, plan
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, REPO
 
 HOSTS = FIXTURES / "hosts"
+LAB_STACK = load_stack(REPO / "Pulumi.lab-local.yaml").stack
+LAB_PROFILE = LAB_STACK.tuning_profile("lab")
 CATALOG_MAP = {pid: {"model": g.name, "mig": g.mig_capable} for g in load_catalog().gpus for pid in g.pci_ids}
 # a profile that works on each recorded machine (the DGX A100's NPS4 nodes have 16 cores for 2 GPUs)
 PROFILES = {
@@ -25,6 +28,9 @@ PROFILES = {
     "workstation-l40s": TuningProfile(cores_per_gpu=6, vfs_per_nic=32, hugepages_1g_per_gpu=16),
     "no-gpu": TuningProfile(hugepages_1g_per_node=64, vfs_per_nic=64),
     "numa-unknown": TuningProfile(cores_per_gpu=6, hugepages_1g_per_node=16, vfs_per_nic=4),
+    # recorded from a lab VM (record.sh), planned with the lab stack's own profile
+    "lab-vm": LAB_PROFILE,
+    "lab-vm-tuned": LAB_PROFILE,
 }
 
 
@@ -149,6 +155,26 @@ def test_unknown_numa_on_a_one_node_host_uses_that_node_and_says_so():
     assert {g.numa_node for g in p.gpus} == {0}
     assert any("reports no NUMA node" in n for n in p.notes)
     assert p.sriov_device_plugin["resourceList"][0]["resourceName"] == "ethernet_numa_unknown"
+
+
+def test_a_lab_vm_plans_the_same_before_and_after_its_tuning():
+    """Recorded from one lab VM before its first converge and after it rebooted into its plan (1 GiB and 2 MiB pages
+    allocated, VFs created, kernel arguments in place): the plan must not move, or every converge would change it."""
+    fresh_facts = read_host(str(HOSTS / "lab-vm"), CATALOG_MAP)
+    tuned_facts = read_host(str(HOSTS / "lab-vm-tuned"), CATALOG_MAP)
+    assert [n["hugepages"] for n in tuned_facts["numa_nodes"]] == [{"1048576": 1, "2048": 64}] * 2
+    assert [d["sriov_numvfs"] for d in tuned_facts["sriov_devices"]] == [4]  # the VFs are not devices of their own
+    fresh, tuned = plan(fresh_facts, LAB_PROFILE, "lab-1"), plan(tuned_facts, LAB_PROFILE, "lab-1")
+    assert tuned == fresh
+    assert fresh.kernel_args == ["default_hugepagesz=1G", "hugepagesz=1G", "hugepages=0:1,1:1", "iommu=pt"]
+    assert set(fresh.kernel_args) <= set(tuned_facts["cmdline"].split())
+    assert [(d["pci"], d["numvfs"], d["numa_node"]) for d in fresh.sriov] == [("0000:81:00.0", 4, 1)]
+    assert fresh.kubelet["reservedSystemCPUs"] == "0,2"  # one core per node
+
+
+def test_virtio_nics_report_their_interface():
+    (nic,) = read_host(str(HOSTS / "lab-vm"))["nics"]
+    assert nic["interfaces"] == ["enp0s16"] and nic["vendor"] == "1af4"
 
 
 def test_dgx_a100_nps4_with_default_profile_is_refused_with_the_reason():
