@@ -23,7 +23,7 @@ from typing import Any
 from gpufleet.lab import image as image_mod
 from gpufleet.lab import redfish, ssh, virt
 from gpufleet.lab.accel import Accel, detect
-from gpufleet.lab.config import SSH_PORT_BASE, host_uuid, lab_dir
+from gpufleet.lab.config import SSH_PORT_BASE, host_uuid, lab_dir, lab_lock
 
 Progress = Callable[[str], None]
 BOOT_TIMEOUT = 420  # seconds from power-on to SSH (software emulation boots in ~35 s; a busy 2-core machine is slower)
@@ -103,6 +103,16 @@ class Lab:
     # -- up ------------------------------------------------------------------------------------------------
     def up(self, inventory: Path | None = None, fresh: bool = False) -> UpResult:
         started = time.monotonic()
+        with lab_lock(self.progress):  # shared resources; released while the hosts boot
+            result, power_on_at = self._start(fresh)
+        result.boot_seconds = self._wait_ssh(result.hosts, power_on_at)
+        if inventory is not None:
+            write_inventory(inventory, result.hosts, result)
+            self.progress(f"inventory written: {inventory}")
+        result.total_seconds = time.monotonic() - started
+        return result
+
+    def _start(self, fresh: bool) -> tuple[UpResult, dict[str, float]]:
         say = self.progress
         try:
             image = image_mod.ensure_image(say)
@@ -152,12 +162,7 @@ class Lab:
                 if virt.qemu_pid(host) is None:
                     virt.qemu_start(host, accel)
                     power_on_at[host.name] = time.monotonic()
-        result.boot_seconds = self._wait_ssh(hosts, power_on_at)
-        if inventory is not None:
-            write_inventory(inventory, hosts, result)
-            say(f"inventory written: {inventory}")
-        result.total_seconds = time.monotonic() - started
-        return result
+        return result, power_on_at
 
     def _all_lab_hosts(self) -> list[virt.LabHost]:
         """Hosts of every lab on this machine (the one emulator serves them all)."""
@@ -235,10 +240,14 @@ class Lab:
             shutil.rmtree(host.disk.parent, ignore_errors=True)
 
     def down(self) -> None:
+        with lab_lock(self.progress):
+            self._down()
+
+    def _down(self) -> None:
         state = self._state()
         backend = state.get("backend", "libvirt")
         hosts = self.hosts()
-        if backend == "libvirt" and shutil.which("virsh") and _libvirt_answers():
+        if backend == "libvirt" and self._libvirt_for_down():
             self._remove_hosts(hosts, backend)
         else:
             for host in hosts:
@@ -250,6 +259,18 @@ class Lab:
             virt.stop_started_daemons(self.progress)
         else:
             self.progress("other labs are still defined: leaving libvirt and the Redfish emulator running")
+
+    def _libvirt_for_down(self) -> bool:
+        """libvirt answering, started again if it is not (e.g. after a restart of the machine): its domains are
+        defined on disk, and ``down`` removes them."""
+        if _libvirt_answers():
+            return True
+        try:
+            virt.ensure_libvirt(self.progress)
+        except (virt.LibvirtUnavailable, OSError, subprocess.CalledProcessError) as exc:
+            self.progress(f"libvirt unavailable ({exc}): removing the hosts' files only")
+            return False
+        return True
 
     def _client_or_none(self) -> redfish.Client | None:
         client = redfish.Client(redfish.credentials(), timeout=10)
@@ -301,6 +322,8 @@ def _port_free(port: int) -> bool:
 
 
 def _libvirt_answers() -> bool:
+    if shutil.which("virsh") is None:
+        return False
     try:
         return virt.virsh("version", check=False, timeout=30).returncode == 0
     except (OSError, subprocess.TimeoutExpired):

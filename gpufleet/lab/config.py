@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +20,23 @@ def lab_dir() -> Path:
     path = cache_dir() / "lab"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def lab_lock(progress: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Serialize what labs on this machine share (the image build, libvirt's daemons, the Redfish emulator, SSH
+    ports, state files) so that several ``gpufleet lab`` commands (e.g. Molecule scenarios) can run at once."""
+    with (lab_dir() / "lab.lock").open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress is not None:
+                progress("waiting for another gpufleet lab command on this machine")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)

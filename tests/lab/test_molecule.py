@@ -1,4 +1,8 @@
-"""Each role's Molecule scenario (create -> converge -> idempotence -> verify -> destroy) on a fresh lab host."""
+"""Each role's Molecule scenario (create -> converge -> idempotence -> verify -> destroy) on a fresh lab host.
+
+The scenarios run side by side, ``GPUFLEET_MOLECULE_JOBS`` at a time (default 2: on a 2-core machine under
+software emulation a host's work is mostly one guest CPU busy at a time, so two hosts nearly halve the time);
+each test waits for its own scenario's result."""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import os
 import re
 import subprocess
 import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -28,17 +34,16 @@ def test_every_role_has_a_molecule_scenario_from_the_template():
         assert "that: true" not in (scenario / "verify.yml").read_text()
 
 
-@pytest.mark.parametrize("role", ROLES)
-def test_molecule_scenario(role: str, tmp_path: Path):
-    require_virtualization()
+def _run_scenario(role: str, work: Path) -> tuple[int, str, float]:
     bin_dir = Path(sys.executable).parent
     env = {
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
-        "MOLECULE_EPHEMERAL_DIRECTORY": str(tmp_path / "ephemeral"),
+        "MOLECULE_EPHEMERAL_DIRECTORY": str(work / "ephemeral"),
         "ANSIBLE_FORCE_COLOR": "0",
         "NO_COLOR": "1",
     }
+    started = time.monotonic()
     proc = subprocess.run(
         [str(bin_dir / "molecule"), "test", "--scenario-name", "default"],
         cwd=REPO / "roles" / role,
@@ -49,8 +54,34 @@ def test_molecule_scenario(role: str, tmp_path: Path):
         check=False,
     )
     output = proc.stdout + proc.stderr
-    (tmp_path / "molecule.log").write_text(output)
-    assert proc.returncode == 0, output[-6000:]
+    (work / "molecule.log").write_text(output)
+    return proc.returncode, output, time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def scenarios(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """The selected roles' scenarios, started on first use and run ``GPUFLEET_MOLECULE_JOBS`` at a time."""
+    require_virtualization()
+    jobs = max(1, int(os.environ.get("GPUFLEET_MOLECULE_JOBS", "2")))
+    selected = [
+        item.callspec.params["role"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_molecule_scenario"
+    ]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures: dict[str, Future[tuple[int, str, float]]] = {
+            role: pool.submit(_run_scenario, role, tmp_path_factory.mktemp(f"molecule-{role}")) for role in selected
+        }
+        yield futures
+        for future in futures.values():  # never leave a scenario (and its lab host) running after the tests
+            future.cancel()
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_molecule_scenario(role: str, scenarios: dict[str, Future[tuple[int, str, float]]]):
+    returncode, output, seconds = scenarios[role].result()
+    print(f"molecule test ({role}): {seconds:.0f} s")
+    assert returncode == 0, output[-6000:]
     # Molecule fails the run when the idempotence step finds a change; check that the step and verify did run
     for step in ("converge", "idempotence", "verify"):
         assert re.search(rf"\b{step}\b", output), f"the {step} step did not run:\n{output[-3000:]}"

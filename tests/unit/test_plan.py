@@ -65,7 +65,7 @@ def test_bare_metal_plan_resolves_the_tuning_profile(catalog):
     assert group.tuning["hugepages_1g_per_node"] == 1
     assert plan.baremetal == {
         "inventory": "inventories/lab-local",
-        "rollout": {"serial": 2, "max_fail_percentage": 50},
+        "rollout": {"serial": 2, "max_fail_percentage": 50, "reboot_ok": True},
         "mig_parted_config": None,
     }
 

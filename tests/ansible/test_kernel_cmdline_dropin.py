@@ -1,0 +1,92 @@
+"""The kernel_cmdline role's GRUB drop-in, rendered by Ansible and then sourced by a shell the way update-grub
+sources /etc/default/grub.d/*.cfg (the lab runs it for real; this pins the set semantics on many inputs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+TEMPLATE = REPO / "roles/kernel_cmdline/templates/grub-dropin.cfg.j2"
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Render the drop-in
+      ansible.builtin.template:
+        src: "{{ template }}"
+        dest: "{{ out }}"
+        mode: "0644"
+"""
+
+
+def render(tmp_path: Path, owner: str, args: list[str], remove: list[str]) -> Path:
+    play, out = tmp_path / "play.yml", tmp_path / f"60-{owner}.cfg"
+    play.write_text(PLAYBOOK)
+    variables = {
+        "template": str(TEMPLATE),
+        "out": str(out),
+        "kernel_cmdline_owner": owner,
+        "kernel_cmdline_args": args,
+        "kernel_cmdline_remove": remove,
+    }
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={sys.executable}", "-e", json.dumps(variables), str(play)],
+        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+def grub_defaults(linux_default: str, linux: str, dropins: list[Path], times: int = 1) -> tuple[list[str], list[str]]:
+    """Source the drop-ins after /etc/default/grub's two variables, as grub-mkconfig does (``times`` runs)."""
+    script = f"GRUB_CMDLINE_LINUX_DEFAULT='{linux_default}'\nGRUB_CMDLINE_LINUX='{linux}'\n"
+    script += "".join(f". '{d}'\n" for d in dropins) * times
+    script += 'printf "%s\\n%s\\n" "$GRUB_CMDLINE_LINUX_DEFAULT" "$GRUB_CMDLINE_LINUX"\n'
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout.split("\n")
+    return out[0].split(), out[1].split()
+
+
+@pytest.fixture(scope="module")
+def dropins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("dropins")
+    huge = ["default_hugepagesz=1G", "hugepagesz=1G", "hugepages=0:1,1:1"]
+    return {
+        "hugepages": render(tmp, "gpufleet-hugepages", huge, []),
+        "sriov": render(tmp, "gpufleet-sriov", ["intel_iommu=on", "iommu=pt"], ["iommu=off"]),
+        "quiet": render(tmp, "molecule", [], ["quiet", "splash"]),
+    }
+
+
+def test_arguments_are_appended_once_however_often_the_drop_in_is_sourced(dropins):
+    default, linux = grub_defaults("quiet", "console=ttyS0", [dropins["hugepages"]], times=3)
+    assert default == ["quiet"]
+    assert linux == ["console=ttyS0", "default_hugepagesz=1G", "hugepagesz=1G", "hugepages=0:1,1:1"]
+
+
+def test_an_argument_already_set_by_the_image_is_not_duplicated(dropins):
+    # an image that already boots with one of the owner's arguments, in either variable
+    default, linux = grub_defaults("iommu=pt quiet", "intel_iommu=on", [dropins["sriov"]])
+    assert default == ["quiet"]
+    assert linux == ["intel_iommu=on", "iommu=pt"]
+
+
+def test_removed_arguments_leave_both_variables(dropins):
+    # cloud images put theirs in GRUB_CMDLINE_LINUX_DEFAULT (50-cloudimg-settings.cfg): removal reaches there too
+    default, linux = grub_defaults("quiet splash console=tty1", "iommu=off quiet", [dropins["quiet"], dropins["sriov"]])
+    assert default == ["console=tty1"]
+    assert linux == ["intel_iommu=on", "iommu=pt"]
+
+
+def test_owners_keep_their_sets_apart(dropins):
+    both = [dropins["hugepages"], dropins["sriov"]]
+    _, linux = grub_defaults("", "", both, times=2)
+    assert linux == ["default_hugepagesz=1G", "hugepagesz=1G", "hugepages=0:1,1:1", "intel_iommu=on", "iommu=pt"]
