@@ -1,0 +1,167 @@
+"""Helm values for a cluster's GPU software: the NVIDIA GPU Operator, or the NVIDIA device plugin alone.
+
+One source for both consumers: the Pulumi program (AKS clusters) and the ``gpu_operator`` / ``device_plugin``
+roles (bare-metal Kubernetes) call these functions; neither keeps a template of its own. Only keys that exist
+in the charts are written (tests compare them with key lists taken from the charts' ``values.yaml``):
+
+- GPU Operator chart: ``driver.enabled`` / ``toolkit.enabled`` (false where AKS or the host roles installed
+  them), ``mig.strategy``, ``migManager.config`` (a ConfigMap created by the release, holding the mig-parted
+  config from the MIG planner), ``migManager.env`` ``WITH_REBOOT=true`` on cloud VMs (where a MIG mode change
+  needs a reboot), ``devicePlugin.config`` (named device-plugin configs, chosen per node by the label
+  ``nvidia.com/device-plugin.config``), ``dcgmExporter.serviceMonitor.enabled``, ``daemonsets.tolerations``.
+- Device plugin chart: ``config.map`` / ``config.default``, ``migStrategy``, ``tolerations``.
+
+Device-plugin config format (``version: v1``): ``flags.migStrategy`` and ``sharing.timeSlicing`` or
+``sharing.mps`` with ``resources: [{name, replicas}]`` (NVIDIA k8s-device-plugin README, "Shared Access to
+GPUs").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from gpufleet.mig_outputs import CONFIGMAP_KEY, cluster_strategy, dump_yaml
+
+if TYPE_CHECKING:
+    from gpufleet.plan import StackPlan
+
+MigStrategy = Literal["single", "mixed"]
+SharingMode = Literal["time-slicing", "mps"]
+
+OPERATOR_NAMESPACE = "gpu-operator"
+DEVICE_PLUGIN_NAMESPACE = "nvidia-device-plugin"
+MIG_CONFIGMAP = "gpufleet-mig-parted-config"
+DEVICE_PLUGIN_CONFIGMAP = "gpufleet-device-plugin-config"
+DEFAULT_DEVICE_PLUGIN_CONFIG = "default"  # used on nodes without the nvidia.com/device-plugin.config label
+ALL_DISABLED = "all-disabled"  # the MIG manager's default config: MIG off on every GPU
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class SharingConfig:
+    """A named device-plugin config that lets ``replicas`` pods share each GPU (or MIG instance)."""
+
+    name: str  # the value of the node label nvidia.com/device-plugin.config
+    mode: SharingMode
+    replicas: int
+
+
+@dataclass(frozen=True)
+class GpuSoftware:
+    """What a cluster's GPU software depends on; built from a stack plan (``for_cluster`` / ``for_baremetal``)."""
+
+    driver_preinstalled: bool  # AKS or the nvidia_driver role installed the driver: the operator must not
+    toolkit_preinstalled: bool  # likewise for the NVIDIA Container Toolkit
+    mig_strategy: MigStrategy | None = None
+    mig_parted_config: dict[str, Any] | None = None
+    sharing: tuple[SharingConfig, ...] = ()
+    taints: tuple[str, ...] = ()  # taints on the GPU nodes ("key=value:Effect"): the daemonsets tolerate them
+    mig_with_reboot: bool = False  # cloud VMs need a reboot to change MIG mode
+    monitoring: bool = False  # a Prometheus operator scrapes DCGM exporter (ServiceMonitor)
+
+
+def toleration(taint: str) -> dict[str, str]:
+    """A Kubernetes toleration matching a taint written ``key[=value]:Effect``."""
+    spec, _, effect = taint.rpartition(":")
+    key, eq, value = spec.partition("=")
+    out = {"key": key, "operator": "Equal" if eq else "Exists"}
+    if eq:
+        out["value"] = value
+    out["effect"] = effect
+    return out
+
+
+def tolerations(taints: Iterable[str]) -> list[dict[str, str]]:
+    """The GPU toleration every NVIDIA daemonset carries, plus one per distinct node taint."""
+    out = [dict(GPU_TOLERATION)]
+    for taint in taints:
+        t = toleration(taint)
+        if t not in out:
+            out.append(t)
+    return out
+
+
+def device_plugin_config(mig_strategy: MigStrategy | None, sharing: SharingConfig | None = None) -> dict[str, Any]:
+    """One device-plugin config (``version: v1``)."""
+    config: dict[str, Any] = {"version": "v1", "flags": {"migStrategy": mig_strategy or "none"}}
+    if sharing is not None:
+        key = "timeSlicing" if sharing.mode == "time-slicing" else "mps"
+        # with MIG strategy "mixed" the resources are nvidia.com/mig-<profile>; the plugin applies sharing to
+        # the resource names listed, so list the whole-GPU name (what "single" and no-MIG nodes expose)
+        config["sharing"] = {key: {"resources": [{"name": "nvidia.com/gpu", "replicas": sharing.replicas}]}}
+    return config
+
+
+def device_plugin_configs(software: GpuSoftware) -> dict[str, str]:
+    """Named configs as the ConfigMap data both charts take: the default plus one per sharing config."""
+    configs = {DEFAULT_DEVICE_PLUGIN_CONFIG: device_plugin_config(software.mig_strategy)}
+    for sharing in software.sharing:
+        configs[sharing.name] = device_plugin_config(software.mig_strategy, sharing)
+    return {name: dump_yaml(config) for name, config in configs.items()}
+
+
+def _mig_configmap_data(config: dict[str, Any]) -> dict[str, str]:
+    configs = dict(config.get("mig-configs", {}))
+    configs.setdefault(ALL_DISABLED, [{"devices": "all", "mig-enabled": False}])
+    return {CONFIGMAP_KEY: dump_yaml({"version": config.get("version", "v1"), "mig-configs": configs})}
+
+
+def operator_values(software: GpuSoftware) -> dict[str, Any]:
+    """Values for the GPU Operator chart (``nvidia/gpu-operator``)."""
+    values: dict[str, Any] = {
+        "driver": {"enabled": not software.driver_preinstalled},
+        "toolkit": {"enabled": not software.toolkit_preinstalled},
+        "daemonsets": {"tolerations": tolerations(software.taints)},
+        "devicePlugin": {
+            "config": {
+                "create": True,
+                "name": DEVICE_PLUGIN_CONFIGMAP,
+                "default": DEFAULT_DEVICE_PLUGIN_CONFIG,
+                "data": device_plugin_configs(software),
+            }
+        },
+        "dcgmExporter": {"serviceMonitor": {"enabled": software.monitoring}},
+    }
+    if software.mig_strategy is not None:
+        values["mig"] = {"strategy": software.mig_strategy}
+    mig_manager: dict[str, Any] = {"enabled": software.mig_parted_config is not None}
+    if software.mig_parted_config is not None:
+        mig_manager["config"] = {
+            "create": True,
+            "name": MIG_CONFIGMAP,
+            "default": ALL_DISABLED,
+            "data": _mig_configmap_data(software.mig_parted_config),
+        }
+        if software.mig_with_reboot:
+            mig_manager["env"] = [{"name": "WITH_REBOOT", "value": "true"}]
+    values["migManager"] = mig_manager
+    return values
+
+
+def device_plugin_values(software: GpuSoftware) -> dict[str, Any]:
+    """Values for the device plugin chart (``nvdp/nvidia-device-plugin``), for nodes whose driver and toolkit
+    are installed already (AKS-managed driver, or the host roles)."""
+    values: dict[str, Any] = {
+        "migStrategy": software.mig_strategy or "none",
+        "config": {"map": device_plugin_configs(software), "default": DEFAULT_DEVICE_PLUGIN_CONFIG},
+        "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, *tolerations(software.taints)],
+    }
+    return values
+
+
+def for_baremetal(
+    plan: StackPlan, *, driver_preinstalled: bool = True, toolkit_preinstalled: bool = True
+) -> GpuSoftware:
+    """Bare-metal Kubernetes: the nvidia_driver and nvidia_container_toolkit roles install driver and toolkit on
+    the hosts (pass False for a cluster where the operator should); MIG layouts come from the host groups."""
+    if plan.baremetal is None:
+        raise ValueError(f"stack {plan.stack} has no bare-metal hosts")
+    strategy = cluster_strategy(g.mig["strategy"] for g in plan.host_groups if g.mig and g.mig.get("strategy"))
+    return GpuSoftware(
+        driver_preinstalled=driver_preinstalled,
+        toolkit_preinstalled=toolkit_preinstalled,
+        mig_strategy=strategy,
+        mig_parted_config=plan.baremetal.get("mig_parted_config"),
+    )

@@ -1,0 +1,171 @@
+"""Helm values for the GPU Operator and the device plugin: only the charts' own keys, driver ownership, MIG and
+sharing configs in NVIDIA's formats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from gpufleet.gpu_software import (
+    ALL_DISABLED,
+    DEFAULT_DEVICE_PLUGIN_CONFIG,
+    GpuSoftware,
+    SharingConfig,
+    device_plugin_values,
+    for_baremetal,
+    operator_values,
+    toleration,
+)
+from gpufleet.mig_outputs import CONFIGMAP_KEY
+from gpufleet.plan import plan_stack
+from gpufleet.spec import load_stack_text
+from tests.conftest import REPO
+
+CHARTS = REPO / "tests/fixtures/charts"
+OPERATOR_KEYS = CHARTS / "gpu-operator-v26.7.0.keys"
+DEVICE_PLUGIN_KEYS = CHARTS / "nvidia-device-plugin-v0.20.0.keys"
+
+MIG_CONFIG = {
+    "version": "v1",
+    "mig-configs": {
+        "h100-inference": [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}],
+    },
+}
+
+
+def chart_keys(path: Path) -> set[str]:
+    return {line for line in path.read_text().splitlines() if line and not line.startswith("#")}
+
+
+def unknown_keys(values: dict[str, Any], known: set[str], prefix: str = "") -> list[str]:
+    """Paths in ``values`` the chart does not have (below a ``path.*`` entry any key is the user's)."""
+    out = []
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if f"{prefix}*" in known:
+            continue
+        if path not in known:
+            out.append(path)
+        elif isinstance(value, dict):
+            out.extend(unknown_keys(value, known, path + "."))
+    return out
+
+
+def _load(text: str):
+    return YAML(typ="safe").load(text)
+
+
+VARIANTS = {
+    "operator owns everything": GpuSoftware(driver_preinstalled=False, toolkit_preinstalled=False),
+    "MIG on cloud VMs, sharing, monitoring": GpuSoftware(
+        driver_preinstalled=True,
+        toolkit_preinstalled=True,
+        mig_strategy="mixed",
+        mig_parted_config=MIG_CONFIG,
+        sharing=(SharingConfig("a100-time-slicing", "time-slicing", 4), SharingConfig("l4-mps", "mps", 2)),
+        taints=("sku=gpu:NoSchedule",),
+        mig_with_reboot=True,
+        monitoring=True,
+    ),
+}
+
+
+@pytest.mark.parametrize("software", VARIANTS.values(), ids=VARIANTS.keys())
+def test_values_use_only_the_charts_keys(software: GpuSoftware):
+    assert unknown_keys(operator_values(software), chart_keys(OPERATOR_KEYS)) == []
+    assert unknown_keys(device_plugin_values(software), chart_keys(DEVICE_PLUGIN_KEYS)) == []
+
+
+def test_the_key_check_catches_a_misspelled_key():
+    values = operator_values(VARIANTS["operator owns everything"])
+    values["migManager"]["cofnig"] = {"name": "x"}
+    values["devicePlugin"]["config"]["data"]["anything"] = "free-form: allowed"
+    assert unknown_keys(values, chart_keys(OPERATOR_KEYS)) == ["migManager.cofnig"]
+
+
+def test_driver_and_toolkit_are_left_to_whoever_installed_them():
+    hosts = operator_values(GpuSoftware(driver_preinstalled=True, toolkit_preinstalled=True))
+    assert hosts["driver"] == {"enabled": False} and hosts["toolkit"] == {"enabled": False}
+    operator = operator_values(GpuSoftware(driver_preinstalled=False, toolkit_preinstalled=False))
+    assert operator["driver"] == {"enabled": True} and operator["toolkit"] == {"enabled": True}
+
+
+def test_mig_manager_gets_the_planners_config_and_a_default_that_disables_mig():
+    values = operator_values(VARIANTS["MIG on cloud VMs, sharing, monitoring"])
+    assert values["mig"] == {"strategy": "mixed"}
+    manager = values["migManager"]
+    assert manager["enabled"] is True and manager["config"]["create"] is True
+    assert manager["config"]["default"] == ALL_DISABLED
+    assert manager["env"] == [{"name": "WITH_REBOOT", "value": "true"}]
+    config = _load(manager["config"]["data"][CONFIGMAP_KEY])
+    assert config["version"] == "v1"
+    assert config["mig-configs"]["h100-inference"] == MIG_CONFIG["mig-configs"]["h100-inference"]
+    assert config["mig-configs"][ALL_DISABLED] == [{"devices": "all", "mig-enabled": False}]
+
+
+def test_without_mig_the_mig_manager_is_off_and_no_reboot_is_asked_for():
+    values = operator_values(GpuSoftware(driver_preinstalled=True, toolkit_preinstalled=True, mig_with_reboot=True))
+    assert values["migManager"] == {"enabled": False}
+    assert "mig" not in values
+
+
+def test_sharing_configs_follow_the_device_plugin_format():
+    software = VARIANTS["MIG on cloud VMs, sharing, monitoring"]
+    data = operator_values(software)["devicePlugin"]["config"]["data"]
+    assert set(data) == {DEFAULT_DEVICE_PLUGIN_CONFIG, "a100-time-slicing", "l4-mps"}
+    assert _load(data["a100-time-slicing"]) == {
+        "version": "v1",
+        "flags": {"migStrategy": "mixed"},
+        "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}},
+    }
+    assert _load(data["l4-mps"])["sharing"] == {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}
+    assert _load(data[DEFAULT_DEVICE_PLUGIN_CONFIG]) == {"version": "v1", "flags": {"migStrategy": "mixed"}}
+    # the standalone chart takes the same configs
+    assert device_plugin_values(software)["config"]["map"] == data
+
+
+def test_daemonsets_tolerate_the_gpu_nodes_taints():
+    sku_gpu = {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
+    assert toleration("sku=gpu:NoSchedule") == sku_gpu
+    assert toleration("dedicated:NoExecute") == {"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}
+    values = operator_values(VARIANTS["MIG on cloud VMs, sharing, monitoring"])
+    assert sku_gpu in values["daemonsets"]["tolerations"]
+    assert values["dcgmExporter"] == {"serviceMonitor": {"enabled": True}}
+
+
+BAREMETAL_MIG_STACK = """
+config:
+  gpufleet:stage: prod
+  gpufleet:region: onprem
+  gpufleet:release:
+    kubernetes: "1.33"
+    gpu_operator: v26.7.0
+    device_plugin: v0.20.0
+    driver_branch: "580"
+    mig_parted: v0.15.0
+    container_toolkit: v1.20.0
+  gpufleet:baremetal:
+    inventory: inventories/prod-onprem
+    host_groups:
+      - name: hgx
+        gpu_model: H100-SXM5-80GB
+        gpus_per_host: 8
+        mig:
+          config_name: hgx-half
+          devices:
+            - {gpus: [0, 1, 2, 3], profiles: {3g.40gb: 2}}
+"""
+
+
+def test_bare_metal_values_come_from_the_host_groups_plan(catalog):
+    loaded = load_stack_text(BAREMETAL_MIG_STACK, "Pulumi.prod-onprem.yaml", catalog=catalog)
+    assert loaded.ok, loaded.diagnostics
+    software = for_baremetal(plan_stack(loaded.stack, catalog))
+    assert software.driver_preinstalled and software.toolkit_preinstalled
+    assert software.mig_strategy == "mixed"  # GPUs 4-7 stay whole
+    values = operator_values(software)
+    configs = _load(values["migManager"]["config"]["data"][CONFIGMAP_KEY])["mig-configs"]
+    assert set(configs) == {"hgx-half", ALL_DISABLED}
