@@ -95,3 +95,19 @@ def test_the_double_agrees_with_the_planner_on_every_small_multiset(catalog):
                 except fake_nvidia.Refused:
                     fits = False
                 assert fits == mig.check(gpu, wanted).fits, (model, wanted)
+
+
+def test_entries_for_another_gpu_model_are_skipped_like_mig_parted_does(gpu_dir: Path, catalog):
+    from tests.lab.standins import lab_mig_config
+
+    config = lab_mig_config(catalog)  # written by gpufleet's mig outputs, with H100 device filters
+    config["mig-configs"]["a100-only"] = [
+        {"device-filter": ["0x20B010DE"], "devices": "all", "mig-enabled": True, "mig-devices": {"7g.40gb": 1}}
+    ]
+    path = gpu_dir / "lab.yaml"
+    path.write_text(json.dumps(config))
+    assert run(gpu_dir, "nvidia-mig-parted", "apply", "-f", str(path), "-c", "a100-only").returncode == 0
+    exported = json.loads(run(gpu_dir, "nvidia-mig-parted", "export").stdout)["mig-configs"]["current"]
+    assert [g["mig-enabled"] for g in exported] == [False, False]  # nothing matched the H100s
+    assert run(gpu_dir, "nvidia-mig-parted", "apply", "-f", str(path), "-c", "h100-balanced").returncode == 0
+    assert run(gpu_dir, "nvidia-mig-parted", "assert", "-f", str(path), "-c", "h100-balanced").returncode == 0

@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.catalog import Catalog
+from gpufleet.mig_outputs import NamedLayout, mig_parted_config
+from gpufleet.spec.models import MigLayout
 
 FAKE_NVIDIA = Path(__file__).with_name("fake_nvidia.py")
 
@@ -32,6 +34,7 @@ def fake_gpu_state(catalog: Catalog, model: str, count: int) -> dict[str, Any]:
                 "name": gpu.aliases[0] if gpu.aliases else gpu.name,
                 "pci": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
                 "model": gpu.name,
+                "device_id": _device_id(gpu.pci_ids[0]),
                 "mig_enabled": False,
                 "instances": [],
             }
@@ -41,3 +44,27 @@ def fake_gpu_state(catalog: Catalog, model: str, count: int) -> dict[str, Any]:
         "slices": {gpu.name: [gpu.mig.compute_slices, gpu.mig.memory_slices]},
         "media_extension_instances": {gpu.name: gpu.mig.media_extension_instances},
     }
+
+
+def _device_id(pci_id: str) -> str:
+    """mig-parted's ``device-filter`` form of a PCI id: ``10de:2330`` -> ``0x233010DE``."""
+    vendor, device = pci_id.split(":")
+    return f"0x{device.upper()}{vendor.upper()}"
+
+
+LAB_GPU = "H100-SXM5-80GB"
+LAB_LAYOUTS = {
+    # GPU 0 mixed, GPU 1 two halves (what the mig role's scenario applies)
+    "h100-balanced": [{"gpus": [0], "profiles": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}},
+                      {"gpus": [1], "profiles": {"3g.40gb": 2}}],
+    # every GPU as seven 1g slices (the layout the rollback test fails to apply)
+    "h100-7x1g": [{"gpus": "all", "profiles": {"1g.10gb": 7}}],
+}  # fmt: skip
+
+
+def lab_mig_config(catalog: Catalog) -> dict[str, Any]:
+    """The mig-parted config the lab's ``mig`` scenario uses, written by gpufleet's own MIG outputs."""
+    gpu = catalog.gpu(LAB_GPU)
+    return mig_parted_config(
+        NamedLayout(name, gpu, MigLayout(config_name=name, devices=devices)) for name, devices in LAB_LAYOUTS.items()
+    )

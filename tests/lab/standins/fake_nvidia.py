@@ -11,7 +11,8 @@ Behaviour follows the vendors' documentation for the subset the roles use:
 
 - ``nvidia-mig-parted apply|assert -f CONFIG -c NAME`` (also ``--config-file``/``--selected-config`` and the
   ``MIG_PARTED_CONFIG_FILE``/``MIG_PARTED_SELECTED_CONFIG`` variables); config ``version: v1``,
-  ``mig-configs: {NAME: [{devices: all|[i...], mig-enabled: bool, mig-devices: {profile: count}}]}``.
+  ``mig-configs: {NAME: [{device-filter: ["0x233010DE"...], devices: all|[i...], mig-enabled: bool,
+  mig-devices: {profile: count}}]}`` (entries whose ``device-filter`` names other PCI device ids are skipped).
   ``assert`` exits 1 when the GPUs do not match; ``apply`` exits 1 on an impossible layout and changes nothing.
   ``export`` prints the current state as a config named ``current``.
 - ``nvidia-smi -L``, ``nvidia-smi --query-gpu=index,name,pci.bus_id,mig.mode.current --format=csv,noheader``,
@@ -20,7 +21,7 @@ Behaviour follows the vendors' documentation for the subset the roles use:
 Fault injection (tests only): when ``<state dir>/fail-next-apply`` exists, the next ``apply`` changes the first
 GPU it would change, deletes that file and exits 1 — a half-applied layout, as after a real failure.
 State: ``$GPUFLEET_FAKE_GPU_DIR`` (default ``/var/lib/gpufleet-fake-gpu``) ``/state.json``:
-``{"gpus": [{"index", "name", "pci", "model", "mig_enabled", "instances": [{"profile", "start"}]}],
+``{"gpus": [{"index", "name", "pci", "model", "device_id", "mig_enabled", "instances": [{"profile", "start"}]}],
 "profiles": {MODEL: {PROFILE: {"compute", "memory", "starts", "max", "media_extensions"}}},
 "slices": {MODEL: [compute, memory]}, "media_extension_instances": {MODEL: n}}``.
 """
@@ -114,9 +115,15 @@ def desired(config: dict[str, Any], name: str, gpus: list[dict[str, Any]]) -> di
         raise Refused(f"config {name!r} is not in the file")
     out: dict[int, tuple[bool, dict[str, int]]] = {}
     for entry in entries:
+        device_filter = entry.get("device-filter")
+        if isinstance(device_filter, str):
+            device_filter = [device_filter]
         devices = entry["devices"]
         indices = [g["index"] for g in gpus] if devices == "all" else list(devices)
         for i in indices:
+            model_id = next((g["device_id"] for g in gpus if g["index"] == i), None)
+            if device_filter and model_id not in device_filter:
+                continue  # the entry is for another GPU model (mig-parted matches the PCI device id)
             out[i] = (bool(entry["mig-enabled"]), dict(entry.get("mig-devices") or {}))
     return out
 
