@@ -32,7 +32,7 @@ def main() -> int:
         except Exception as exc:  # a benchmark that cannot run here is reported, the others still are
             failed.append(f"{mod}: {type(exc).__name__}: {exc}")
             print(f"   FAILED: {exc}", flush=True)
-    width = max(len(f.name) for f in figures)
+    width = max((len(f.name) for f in figures), default=len("figure"))
     print()
     print(f"{'figure'.ljust(width)}  {'value':>12}  target")
     missed = 0

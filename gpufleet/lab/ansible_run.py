@@ -70,7 +70,16 @@ def run_playbook(
     started = time.monotonic()
     lines: list[str] = []
     with log.open("w") as f:
-        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # no stdin: ansible refuses a non-blocking one (e.g. under nohup), and a playbook run never prompts
+        proc = subprocess.Popen(
+            cmd,
+            cwd=repo,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         assert proc.stdout is not None
         for line in proc.stdout:
             f.write(line)
