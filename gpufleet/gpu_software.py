@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from gpufleet.mig_outputs import CONFIGMAP_KEY, cluster_strategy, dump_yaml
+from gpufleet.mig_outputs import CONFIGMAP_KEY, DISABLED_CONFIG, cluster_strategy, disabled_entries, dump_yaml
 
 if TYPE_CHECKING:
     from gpufleet.plan import StackPlan
@@ -30,12 +30,9 @@ if TYPE_CHECKING:
 MigStrategy = Literal["single", "mixed"]
 SharingMode = Literal["time-slicing", "mps"]
 
-OPERATOR_NAMESPACE = "gpu-operator"
-DEVICE_PLUGIN_NAMESPACE = "nvidia-device-plugin"
 MIG_CONFIGMAP = "gpufleet-mig-parted-config"
 DEVICE_PLUGIN_CONFIGMAP = "gpufleet-device-plugin-config"
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"  # used on nodes without the nvidia.com/device-plugin.config label
-ALL_DISABLED = "all-disabled"  # the MIG manager's default config: MIG off on every GPU
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -50,7 +47,7 @@ class SharingConfig:
 
 @dataclass(frozen=True)
 class GpuSoftware:
-    """What a cluster's GPU software depends on; built from a stack plan (``for_cluster`` / ``for_baremetal``)."""
+    """What a cluster's GPU software depends on (for bare metal, built from a stack plan by ``for_baremetal``)."""
 
     driver_preinstalled: bool  # AKS or the nvidia_driver role installed the driver: the operator must not
     toolkit_preinstalled: bool  # likewise for the NVIDIA Container Toolkit
@@ -104,7 +101,7 @@ def device_plugin_configs(software: GpuSoftware) -> dict[str, str]:
 
 def _mig_configmap_data(config: dict[str, Any]) -> dict[str, str]:
     configs = dict(config.get("mig-configs", {}))
-    configs.setdefault(ALL_DISABLED, [{"devices": "all", "mig-enabled": False}])
+    configs.setdefault(DISABLED_CONFIG, disabled_entries())
     return {CONFIGMAP_KEY: dump_yaml({"version": config.get("version", "v1"), "mig-configs": configs})}
 
 
@@ -131,7 +128,7 @@ def operator_values(software: GpuSoftware) -> dict[str, Any]:
         mig_manager["config"] = {
             "create": True,
             "name": MIG_CONFIGMAP,
-            "default": ALL_DISABLED,
+            "default": DISABLED_CONFIG,  # the MIG manager's default: MIG off on every GPU
             "data": _mig_configmap_data(software.mig_parted_config),
         }
         if software.mig_with_reboot:

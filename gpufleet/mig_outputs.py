@@ -45,9 +45,14 @@ def _entry(gpu: Gpu, devices: str | Sequence[int], profiles: dict[str, int]) -> 
     }
 
 
+def disabled_entries() -> list[dict[str, Any]]:
+    """The ``all-disabled`` layout: MIG off on every GPU (what a host falls back to)."""
+    return [{"devices": "all", "mig-enabled": False}]
+
+
 def mig_parted_config(layouts: Iterable[NamedLayout]) -> dict[str, Any]:
     """One mig-parted ``v1`` config with a named entry per layout (several GPU models may share a name)."""
-    configs: dict[str, list[dict[str, Any]]] = {DISABLED_CONFIG: [{"devices": "all", "mig-enabled": False}]}
+    configs: dict[str, list[dict[str, Any]]] = {DISABLED_CONFIG: disabled_entries()}
     for named in _unique(layouts):
         entries = configs.setdefault(named.name, [])
         for group in named.layout.devices:

@@ -34,6 +34,11 @@ def test_every_role_has_a_molecule_scenario_from_the_template():
         assert "that: true" not in (scenario / "verify.yml").read_text()
 
 
+def _may_reboot(role: str) -> bool:
+    """Scenarios whose converge may reboot the host take about twice as long as the others."""
+    return "reboot" in (REPO / "roles" / role / "molecule/default/converge.yml").read_text()
+
+
 def _run_scenario(role: str, work: Path) -> tuple[int, str, float]:
     bin_dir = Path(sys.executable).parent
     env = {
@@ -68,9 +73,7 @@ def scenarios(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         for item in request.session.items
         if getattr(item, "originalname", None) == "test_molecule_scenario"
     ]
-    # longest first: scenarios that reboot their host take about twice as long as the others
-    converge = REPO / "roles/{}/molecule/default/converge.yml"
-    selected.sort(key=lambda role: "reboot" not in Path(str(converge).format(role)).read_text())
+    selected.sort(key=lambda role: not _may_reboot(role))  # longest first
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures: dict[str, Future[tuple[int, str, float]]] = {
             role: pool.submit(_run_scenario, role, tmp_path_factory.mktemp(f"molecule-{role}")) for role in selected

@@ -10,7 +10,6 @@ import pytest
 from ruamel.yaml import YAML
 
 from gpufleet.gpu_software import (
-    ALL_DISABLED,
     DEFAULT_DEVICE_PLUGIN_CONFIG,
     GpuSoftware,
     SharingConfig,
@@ -19,7 +18,7 @@ from gpufleet.gpu_software import (
     operator_values,
     toleration,
 )
-from gpufleet.mig_outputs import CONFIGMAP_KEY
+from gpufleet.mig_outputs import CONFIGMAP_KEY, DISABLED_CONFIG
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack_text
 from tests.conftest import REPO
@@ -98,12 +97,12 @@ def test_mig_manager_gets_the_planners_config_and_a_default_that_disables_mig():
     assert values["mig"] == {"strategy": "mixed"}
     manager = values["migManager"]
     assert manager["enabled"] is True and manager["config"]["create"] is True
-    assert manager["config"]["default"] == ALL_DISABLED
+    assert manager["config"]["default"] == DISABLED_CONFIG
     assert manager["env"] == [{"name": "WITH_REBOOT", "value": "true"}]
     config = _load(manager["config"]["data"][CONFIGMAP_KEY])
     assert config["version"] == "v1"
     assert config["mig-configs"]["h100-inference"] == MIG_CONFIG["mig-configs"]["h100-inference"]
-    assert config["mig-configs"][ALL_DISABLED] == [{"devices": "all", "mig-enabled": False}]
+    assert config["mig-configs"][DISABLED_CONFIG] == [{"devices": "all", "mig-enabled": False}]
 
 
 def test_without_mig_the_mig_manager_is_off_and_no_reboot_is_asked_for():
@@ -168,4 +167,4 @@ def test_bare_metal_values_come_from_the_host_groups_plan(catalog):
     assert software.mig_strategy == "mixed"  # GPUs 4-7 stay whole
     values = operator_values(software)
     configs = _load(values["migManager"]["config"]["data"][CONFIGMAP_KEY])["mig-configs"]
-    assert set(configs) == {"hgx-half", ALL_DISABLED}
+    assert set(configs) == {"hgx-half", DISABLED_CONFIG}

@@ -34,7 +34,7 @@ def fake_gpu_state(catalog: Catalog, model: str, count: int) -> dict[str, Any]:
                 "name": gpu.aliases[0] if gpu.aliases else gpu.name,
                 "pci": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
                 "model": gpu.name,
-                "device_id": _device_id(gpu.pci_ids[0]),
+                "device_id": gpu.mig_device_filters[0],  # what mig-parted's device-filter matches
                 "mig_enabled": False,
                 "instances": [],
             }
@@ -44,12 +44,6 @@ def fake_gpu_state(catalog: Catalog, model: str, count: int) -> dict[str, Any]:
         "slices": {gpu.name: [gpu.mig.compute_slices, gpu.mig.memory_slices]},
         "media_extension_instances": {gpu.name: gpu.mig.media_extension_instances},
     }
-
-
-def _device_id(pci_id: str) -> str:
-    """mig-parted's ``device-filter`` form of a PCI id: ``10de:2330`` -> ``0x233010DE``."""
-    vendor, device = pci_id.split(":")
-    return f"0x{device.upper()}{vendor.upper()}"
 
 
 LAB_GPU = "H100-SXM5-80GB"
