@@ -40,9 +40,9 @@ lint: setup
 test: setup lint
 	$(BIN)/python -m pytest -m "not slow" tests/unit tests/ansible tests/lab
 
-# pytest exits 5 when no test is selected; say so rather than fail.
+# pytest exits 5 when no test is selected; say so rather than fail. -s prints each scenario's wall time.
 test-slow: setup
-	@$(BIN)/python -m pytest -m slow; rc=$$?; \
+	@$(BIN)/python -m pytest -m slow -s tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test-slow: no slow scenarios exist yet"; exit 0; fi; exit $$rc
 
 bench: setup

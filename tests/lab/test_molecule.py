@@ -20,6 +20,11 @@ from tests.conftest import REPO
 from tests.lab.conftest import require_virtualization
 
 ROLES = sorted(p.parent.parent.parent.name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
+SLOW_MARK = "# gpufleet: slow"  # in a scenario's converge.yml: it runs in `make test-slow` only
+
+
+def _slow(role: str) -> bool:
+    return SLOW_MARK in (REPO / "roles" / role / "molecule/default/converge.yml").read_text()
 
 
 def test_every_role_has_a_molecule_scenario_from_the_template():
@@ -36,7 +41,7 @@ def test_every_role_has_a_molecule_scenario_from_the_template():
 
 def _may_reboot(role: str) -> bool:
     """Scenarios whose converge may reboot the host take about twice as long as the others."""
-    return "reboot" in (REPO / "roles" / role / "molecule/default/converge.yml").read_text()
+    return _slow(role) or "reboot" in (REPO / "roles" / role / "molecule/default/converge.yml").read_text()
 
 
 def _run_scenario(role: str, work: Path) -> tuple[int, str, float]:
@@ -55,7 +60,7 @@ def _run_scenario(role: str, work: Path) -> tuple[int, str, float]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=2400,
+        timeout=7200 if _slow(role) else 2400,
         check=False,
     )
     output = proc.stdout + proc.stderr
@@ -83,7 +88,7 @@ def scenarios(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
             future.cancel()
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", [pytest.param(r, marks=pytest.mark.slow) if _slow(r) else r for r in ROLES])
 def test_molecule_scenario(role: str, scenarios: dict[str, Future[tuple[int, str, float]]]):
     returncode, output, seconds = scenarios[role].result()
     print(f"molecule test ({role}): {seconds:.0f} s")

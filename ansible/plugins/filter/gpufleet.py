@@ -21,6 +21,48 @@ def gpufleet_gpu_catalog(_: Any = None) -> dict[str, dict[str, Any]]:
     return {pid: {"model": g.name, "mig": g.mig_capable} for g in load_catalog().gpus for pid in g.pci_ids}
 
 
+def gpufleet_open_modules_unsupported(gpus: list[dict[str, Any]]) -> list[str]:
+    """The models among ``gpu_topology`` GPUs (NVIDIA ones) whose architecture NVIDIA's open kernel modules do not
+    support (older than Turing, from the catalog); sorted, each once."""
+    from gpufleet.catalog import load_catalog
+
+    catalog = load_catalog()
+    by_name = {g.name: g for g in catalog.gpus}
+    unsupported = set()
+    for gpu in _plain(gpus) or []:
+        model = by_name.get(gpu.get("model") or "")
+        if model is not None and model.vendor == "nvidia" and not catalog.architecture(model).open_kernel_modules:
+            unsupported.add(model.name)
+    return sorted(unsupported)
+
+
+def gpufleet_nvidia_driver_plan(facts: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The ``nvidia_driver`` role's install plan (gpufleet.driver.plan_driver) from the host's facts and the role's
+    options; a driver that cannot work fails here, before the host is touched."""
+    from gpufleet.driver import DriverPlanError, Platform, plan_driver
+
+    facts, options = _plain(facts), _plain(options)
+    platform = Platform(
+        distribution=facts.get("distribution", ""),
+        os_family=facts.get("os_family", ""),
+        major_version=str(facts.get("distribution_major_version", "")),
+        codename=facts.get("distribution_release", ""),
+        kernel=facts.get("kernel", ""),
+    )
+    names = ("kernel_modules", "source", "cuda_repo_base", "debian_mirror", "debian_security_mirror")
+    try:
+        return plan_driver(
+            platform,
+            branch=str(options["branch"]),
+            secure_boot=bool(options.get("secure_boot", False)),
+            gpus_without_open_modules=gpufleet_open_modules_unsupported(options.get("gpus") or []),
+            nvswitches=len(options.get("nvswitches") or []),
+            **{name: options[name] for name in names if options.get(name)},
+        ).to_dict()
+    except DriverPlanError as exc:
+        raise AnsibleFilterError(f"nvidia_driver: {exc}") from exc
+
+
 def gpufleet_topology_plan(facts: dict[str, Any], profile: dict[str, Any] | None = None, host: str = "host") -> dict:
     """The topology plan (gpufleet.topology.plan) of one host's ``gpu_topology`` facts and a tuning profile."""
     from pydantic import ValidationError
@@ -99,6 +141,8 @@ class FilterModule:
         return {
             "gpufleet_gpu_catalog": gpufleet_gpu_catalog,
             "gpufleet_topology_plan": gpufleet_topology_plan,
+            "gpufleet_open_modules_unsupported": gpufleet_open_modules_unsupported,
+            "gpufleet_nvidia_driver_plan": gpufleet_nvidia_driver_plan,
             "gpufleet_host_profile": gpufleet_host_profile,
             "gpufleet_grubby_commands": gpufleet_grubby_commands,
             "gpufleet_cpulist": gpufleet_cpulist,

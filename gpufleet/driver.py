@@ -1,0 +1,246 @@
+"""How the NVIDIA driver is installed on a host: source, repository, packages, holds, initramfs, Fabric Manager.
+
+Pure: the ``nvidia_driver`` role resolves its platform through this (filter ``gpufleet_nvidia_driver_plan``) and
+refuses, before touching the host, what cannot work: a source the platform does not have, open kernel modules on
+GPUs older than Turing, Fabric Manager from a source that does not ship it, a branch a source does not carry.
+
+Sources:
+- ``ubuntu``: Canonical's NVIDIA server drivers (``nvidia-driver-<branch>-server-open``); with Secure Boot on, the
+  signed precompiled ``linux-modules-nvidia-<branch>-server-open-<kernel>`` instead of DKMS.
+- ``cuda``: NVIDIA's CUDA repository. Debian/Ubuntu: the ``cuda-keyring`` package, the branch pinning package
+  ``nvidia-driver-pinning-<branch>``, then ``nvidia-open`` (or ``cuda-drivers`` for proprietary modules). RHEL 9:
+  the ``nvidia-driver:<branch>-open`` (or ``<branch>-dkms``) module stream, then ``nvidia-open`` / ``cuda-drivers``.
+- ``debian``: Debian's own packages from contrib / non-free / non-free-firmware: ``nvidia-open-kernel-dkms`` (or
+  ``nvidia-kernel-dkms``), ``nvidia-driver``, ``firmware-nvidia-gsp``; one branch per Debian release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Source = Literal["ubuntu", "cuda", "debian"]
+SOURCES: dict[str, tuple[str, ...]] = {
+    "ubuntu": ("Ubuntu",),
+    "cuda": ("Ubuntu", "Debian", "RedHat"),
+    "debian": ("Debian",),
+}
+CUDA_DISTROS: dict[str, dict[str, str]] = {
+    "Ubuntu": {"22": "ubuntu2204", "24": "ubuntu2404"},
+    "Debian": {"12": "debian12"},
+    "RedHat": {"9": "rhel9"},
+}
+# Debian's own driver branch per release (nvidia-graphics-drivers in <codename> non-free)
+DEBIAN_BRANCHES: dict[str, str] = {"bookworm": "535", "trixie": "550"}
+CUDA_KEYRING = "cuda-keyring_1.1-1_all.deb"
+# From branch 590 the CUDA repository's Debian/Ubuntu packages lose the branch in their names
+UNVERSIONED_NAMES_FROM = 590
+
+
+class DriverPlanError(ValueError):
+    """The requested driver cannot be installed this way; the message says why and what would work."""
+
+
+@dataclass(frozen=True)
+class Platform:
+    """The few facts the plan needs (Ansible: distribution, os_family, distribution_major_version, ..._release,
+    kernel)."""
+
+    distribution: str
+    os_family: str
+    major_version: str
+    codename: str
+    kernel: str
+
+    @property
+    def family(self) -> str:
+        """Ubuntu, Debian or RedHat (RHEL and its rebuilds)."""
+        if self.os_family == "RedHat":
+            return "RedHat"
+        if self.distribution in ("Ubuntu", "Debian"):
+            return self.distribution
+        raise DriverPlanError(
+            f"{self.distribution} {self.major_version} is not supported: the role knows Ubuntu, Debian and RHEL 9"
+        )
+
+
+@dataclass(frozen=True)
+class DriverPlan:
+    source: Source
+    family: str
+    package_manager: Literal["apt", "dnf"]
+    branch: str
+    open_modules: bool
+    secure_boot: bool
+    # The repository to configure: apt sources (deb822 stanzas) or a .repo URL / keyring package
+    repository: dict[str, Any]
+    # Installed first (the branch pinning package), then ``packages``
+    pinning_packages: list[str] = field(default_factory=list)
+    packages: list[str] = field(default_factory=list)
+    module_stream: str = ""  # dnf module to enable (RHEL)
+    # The package that carries the driver's version (whose candidate must belong to the branch)
+    version_package: str = ""
+    fabric_manager: str = ""  # package name, empty when the host has no NVSwitch
+    # apt: source packages pinned (apt_preferences, priority 1001) to the version_package's candidate version, so
+    # every piece of the driver comes from one version even when a suite updates only some of them
+    pin_sources: list[str] = field(default_factory=list)
+    hold_patterns: list[str] = field(default_factory=list)  # apt: dpkg name globs to hold; dnf: versionlock specs
+    initramfs_command: list[str] = field(default_factory=list)
+    dkms: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _check_modules(open_modules: bool, gpus_without_open_modules: Iterable[str]) -> None:
+    old = sorted(set(gpus_without_open_modules))
+    if open_modules and old:
+        raise DriverPlanError(
+            f"open kernel modules do not support {', '.join(old)} (older than Turing, per gpufleet's catalog): "
+            "set nvidia_driver_kernel_modules: proprietary for this host"
+        )
+
+
+def plan_driver(
+    platform: Platform,
+    *,
+    branch: str,
+    kernel_modules: str = "open",
+    source: str = "auto",
+    secure_boot: bool = False,
+    gpus_without_open_modules: Iterable[str] = (),
+    nvswitches: int = 0,
+    cuda_repo_base: str = "https://developer.download.nvidia.com/compute/cuda/repos",
+    debian_mirror: str = "http://deb.debian.org/debian",
+    debian_security_mirror: str = "http://deb.debian.org/debian-security",
+) -> DriverPlan:
+    """The install plan for one host, or :class:`DriverPlanError` saying what cannot work and what would."""
+    if not branch.isdigit():
+        raise DriverPlanError(f"nvidia_driver_branch {branch!r} is not a driver branch such as '580'")
+    if kernel_modules not in ("open", "proprietary"):
+        raise DriverPlanError(f"nvidia_driver_kernel_modules {kernel_modules!r}: use 'open' or 'proprietary'")
+    open_modules = kernel_modules == "open"
+    _check_modules(open_modules, gpus_without_open_modules)
+    family = platform.family
+    if source == "auto":
+        source = "ubuntu" if family == "Ubuntu" else "cuda"
+    if source not in SOURCES:
+        raise DriverPlanError(f"nvidia_driver_source {source!r}: use one of auto, {', '.join(SOURCES)}")
+    if family not in SOURCES[source]:
+        where = ", ".join(SOURCES[source])
+        raise DriverPlanError(
+            f"nvidia_driver_source {source!r} is for {where}; this host runs {platform.distribution} "
+            f"{platform.major_version}: use 'cuda'" + (" or 'ubuntu'" if family == "Ubuntu" else "")
+        )
+    headers = (
+        [f"kernel-devel-{platform.kernel}", f"kernel-headers-{platform.kernel}"]
+        if family == "RedHat"
+        else [f"linux-headers-{platform.kernel}"]
+    )
+    initramfs = (
+        ["dracut", "--force", "--regenerate-all"] if family == "RedHat" else ["update-initramfs", "-u", "-k", "all"]
+    )
+    common: dict[str, Any] = {
+        "source": source,
+        "family": family,
+        "package_manager": "dnf" if family == "RedHat" else "apt",
+        "branch": branch,
+        "open_modules": open_modules,
+        "secure_boot": secure_boot,
+        "initramfs_command": initramfs,
+    }
+    flavour = "-open" if open_modules else ""
+    if source == "ubuntu":
+        if secure_boot:  # Canonical's signed, precompiled modules: no DKMS build, nothing to sign
+            packages = [
+                f"linux-modules-nvidia-{branch}-server{flavour}-{platform.kernel}",
+                f"nvidia-utils-{branch}-server",
+                f"nvidia-compute-utils-{branch}-server",
+                f"libnvidia-compute-{branch}-server",
+            ]
+        else:
+            packages = [f"nvidia-driver-{branch}-server{flavour}", *headers]
+        return DriverPlan(
+            **common,
+            repository={},
+            packages=packages,
+            version_package=packages[0] if not secure_boot else f"nvidia-utils-{branch}-server",
+            fabric_manager=f"nvidia-fabricmanager-{branch}" if nvswitches else "",
+            hold_patterns=["*nvidia*", "libnvidia-*"],
+            dkms=not secure_boot,
+        )
+    if source == "debian":
+        have = DEBIAN_BRANCHES.get(platform.codename)
+        if have is None:
+            raise DriverPlanError(f"Debian {platform.codename} is not known to gpufleet's driver sources: use 'cuda'")
+        if have != branch:
+            raise DriverPlanError(
+                f"Debian {platform.codename} ships driver branch {have}, not {branch}: set nvidia_driver_branch: "
+                f"'{have}', or nvidia_driver_source: cuda for branch {branch}"
+            )
+        if nvswitches:
+            raise DriverPlanError(
+                "this host has NVSwitches but Debian's packages carry no Fabric Manager: use nvidia_driver_source: cuda"
+            )
+        kernel_module = "nvidia-open-kernel-dkms" if open_modules else "nvidia-kernel-dkms"
+        suites = [platform.codename, f"{platform.codename}-updates"]
+        components = ["contrib", "non-free", "non-free-firmware"]
+        return DriverPlan(
+            **common,
+            repository={
+                "name": "gpufleet-debian-nvidia",
+                "stanzas": [
+                    {"uris": debian_mirror, "suites": suites, "components": components},
+                    {
+                        "uris": debian_security_mirror,
+                        "suites": [f"{platform.codename}-security"],
+                        "components": components,
+                    },
+                ],
+                "signed_by": "/usr/share/keyrings/debian-archive-keyring.gpg",
+            },
+            packages=[
+                kernel_module,
+                "nvidia-driver",
+                "firmware-nvidia-gsp",
+                "nvidia-persistenced",
+                "nvidia-smi",
+                *headers,
+            ],
+            # Debian's security suite updates nvidia-graphics-drivers without the open modules' own source package:
+            # the kernel module decides the version and everything else is pinned to it
+            version_package=kernel_module,
+            pin_sources=["nvidia-graphics-drivers"] + (["nvidia-open-gpu-kernel-modules"] if open_modules else []),
+            hold_patterns=["*nvidia*", "firmware-nvidia-gsp"],
+        )
+    # cuda
+    distro = CUDA_DISTROS[family].get(platform.major_version)
+    if distro is None:
+        known = ", ".join(f"{family} {v}" for v in CUDA_DISTROS[family])
+        raise DriverPlanError(
+            f"NVIDIA's CUDA repository has no {platform.distribution} {platform.major_version} "
+            f"in gpufleet's list ({known})"
+        )
+    base = f"{cuda_repo_base.rstrip('/')}/{distro}/x86_64"
+    main = "nvidia-open" if open_modules else "cuda-drivers"
+    if family == "RedHat":
+        return DriverPlan(
+            **common,
+            repository={"repo_file_url": f"{base}/cuda-{distro}.repo", "name": f"cuda-{distro}-x86_64"},
+            module_stream=f"nvidia-driver:{branch}-open" if open_modules else f"nvidia-driver:{branch}-dkms",
+            packages=[*headers, main],
+            version_package=main,
+            fabric_manager="nvidia-fabricmanager" if nvswitches else "",
+            hold_patterns=[f"*nvidia*{branch}*"],
+        )
+    unversioned = int(branch) >= UNVERSIONED_NAMES_FROM
+    return DriverPlan(
+        **common,
+        repository={"keyring_url": f"{base}/{CUDA_KEYRING}", "keyring_package": "cuda-keyring"},
+        pinning_packages=[f"nvidia-driver-pinning-{branch}"],
+        packages=[*headers, main],
+        version_package=main,
+        fabric_manager=("nvidia-fabricmanager" if unversioned else f"nvidia-fabricmanager-{branch}") * bool(nvswitches),
+        hold_patterns=["*nvidia*", "libnvidia-*", "cuda-drivers*"],
+    )
