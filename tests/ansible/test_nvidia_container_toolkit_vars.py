@@ -1,0 +1,119 @@
+"""The nvidia_container_toolkit role's inputs: every variable has one default, declared in argument_specs and listed
+in the README; the stack's release becomes the packages' pinned versions; the apt source is NVIDIA's documented
+line (rendered by Ansible from the role's own files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+ROLE = REPO / "roles/nvidia_container_toolkit"
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  vars:
+    role: "{{ repo }}/roles/nvidia_container_toolkit"
+  tasks:
+    - name: The role's defaults and variables, as the role loads them
+      ansible.builtin.include_vars: "{{ item }}"
+      loop:
+        - "{{ role }}/defaults/main.yml"
+        - "{{ role }}/vars/main.yml"
+        - "{{ role }}/vars/Debian.yml"
+    - name: The stack's release
+      ansible.builtin.set_fact:
+        nvidia_container_toolkit_version: "{{ lookup('gpufleet_stack', stack).release.container_toolkit }}"
+      when: stack | length > 0
+    - name: Render the apt source
+      ansible.builtin.template:
+        src: "{{ role }}/templates/nvidia-container-toolkit.list.j2"
+        dest: "{{ out }}.list"
+        mode: "0644"
+    - name: Save what the install tasks would ask for
+      ansible.builtin.copy:
+        content: >-
+          {{ {'version': __nvidia_container_toolkit_package_version, 'apt': __nvidia_container_toolkit_apt_specs | list,
+              'dnf': __nvidia_container_toolkit_dnf_specs | list} | to_json }}
+        dest: "{{ out }}.json"
+        mode: "0644"
+"""
+
+
+def render(tmp_path: Path, stack: str = "", **variables: str) -> tuple[dict, str]:
+    play, out = tmp_path / "play.yml", tmp_path / "out"
+    play.write_text(PLAYBOOK)
+    extra = {"repo": str(REPO), "out": str(out), "stack": stack, **variables}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={sys.executable}", "-e", json.dumps(extra), str(play)],
+        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(Path(f"{out}.json").read_text()), Path(f"{out}.list").read_text()
+
+
+def test_every_variable_has_one_default_declared_in_argument_specs_and_the_readme():
+    defaults = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
+    main = yaml.safe_load((ROLE / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert set(defaults) == set(main)
+    for name, spec in main.items():
+        assert spec.get("default") == defaults[name], name
+    readme = (ROLE / "README.md").read_text()
+    for name in defaults:
+        assert f"| `{name}` |" in readme, name
+    verify = yaml.safe_load((ROLE / "meta/argument_specs.yml").read_text())["argument_specs"]["verify"]["options"]
+    for name, spec in verify.items():
+        assert spec.get("default") == defaults[name], name
+
+
+@pytest.mark.parametrize("stack", ["dev-westeurope", "prod-eastus"])
+def test_the_stacks_release_pins_all_four_packages(tmp_path, stack):
+    release = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())["config"]["gpufleet:release"]
+    assert release["container_toolkit"] == "v1.20.0"
+    pinned, _ = render(tmp_path, stack=str(REPO / f"Pulumi.{stack}.yaml"))  # the gpufleet_stack lookup, as site.yml
+    assert pinned == {
+        "version": "1.20.0-1",
+        "apt": [
+            "nvidia-container-toolkit=1.20.0-1",
+            "nvidia-container-toolkit-base=1.20.0-1",
+            "libnvidia-container-tools=1.20.0-1",
+            "libnvidia-container1=1.20.0-1",
+        ],
+        "dnf": [
+            "nvidia-container-toolkit-1.20.0-1",
+            "nvidia-container-toolkit-base-1.20.0-1",
+            "libnvidia-container-tools-1.20.0-1",
+            "libnvidia-container1-1.20.0-1",
+        ],
+    }
+
+
+def test_a_release_without_v_and_another_revision(tmp_path):
+    pinned, _ = render(
+        tmp_path, nvidia_container_toolkit_version="1.17.8", nvidia_container_toolkit_package_revision="2"
+    )
+    assert pinned["version"] == "1.17.8-2"
+
+
+def test_the_apt_source_is_nvidias_flat_repository_signed_by_its_key(tmp_path):
+    _, source = render(tmp_path)
+    lines = [line for line in source.splitlines() if not line.startswith("#")]
+    assert lines == [
+        "deb [signed-by=/etc/apt/keyrings/nvidia-container-toolkit.asc] "
+        "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /"
+    ]
+    _, mirror = render(
+        tmp_path,
+        nvidia_container_toolkit_repo_url="http://mirror.example.invalid/nvct",
+        nvidia_container_toolkit_repo_channel="experimental",
+    )
+    assert "] http://mirror.example.invalid/nvct/experimental/deb/$(ARCH) /" in mirror
