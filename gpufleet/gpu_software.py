@@ -18,11 +18,12 @@ GPUs").
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpufleet.mig_outputs import CONFIGMAP_KEY, DISABLED_CONFIG, cluster_strategy, disabled_entries, dump_yaml
+from gpufleet.plan import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL
 
 if TYPE_CHECKING:
     from gpufleet.plan import StackPlan
@@ -162,3 +163,57 @@ def for_baremetal(
         mig_strategy=strategy,
         mig_parted_config=plan.baremetal.get("mig_parted_config"),
     )
+
+
+# -- bare-metal clusters: chart versions and node labels (the gpu_operator / device_plugin roles) ---------------
+
+# The stack's release pin of each chart (``gpufleet:release``), by chart name.
+CHART_PINS = {"gpu-operator": "gpu_operator", "nvidia-device-plugin": "device_plugin"}
+# The node labels each chart's software reads, which gpufleet sets from the stack (and so owns): the GPU
+# Operator's MIG manager applies ``nvidia.com/mig.config``; the device plugin (the operator's, or the standalone
+# chart's) picks its named config by ``nvidia.com/device-plugin.config``; the standalone chart's default affinity
+# schedules it only on nodes that NFD found an NVIDIA PCI device on, or that carry ``nvidia.com/gpu.present=true``
+# (the operator deploys NFD and sets that label itself).
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+NODE_LABELS = {
+    "gpu-operator": (MIG_CONFIG_LABEL, DEVICE_PLUGIN_CONFIG_LABEL),
+    "nvidia-device-plugin": (GPU_PRESENT_LABEL, DEVICE_PLUGIN_CONFIG_LABEL),
+}
+
+
+def _chart(chart: str) -> str:
+    if chart not in CHART_PINS:
+        raise ValueError(f"unknown chart {chart!r}; one of {', '.join(CHART_PINS)}")
+    return chart
+
+
+def chart_version(chart: str, release: Mapping[str, str]) -> str:
+    """The version the chart's repository lists for the stack's pin: the GPU Operator's chart versions carry a
+    leading ``v`` (``v26.7.0``), the device plugin's do not (``0.20.0``); the stack may write either."""
+    bare = release[CHART_PINS[_chart(chart)]].removeprefix("v")
+    return f"v{bare}" if chart == "gpu-operator" else bare
+
+
+def baremetal_node_labels(plan: StackPlan, group: str, chart: str = "gpu-operator") -> dict[str, str]:
+    """The labels ``chart``'s software reads on a host of bare-metal host group ``group``.
+
+    ``nvidia.com/mig.config``: the group's MIG layout; ``all-disabled`` on MIG-capable GPUs without one (what the
+    ``mig`` role applies to them), so a stale label cannot make the MIG manager split them; none on GPUs without
+    MIG. ``nvidia.com/device-plugin.config``: the named config the group's hosts use; bare-metal host groups have
+    no sharing setting, so that is the default config. ``nvidia.com/gpu.present``: ``true`` (the standalone device
+    plugin runs only there). Hosts without GPUs get no labels."""
+    wanted = NODE_LABELS[_chart(chart)]
+    found = next((g for g in plan.host_groups if g.name == group), None)
+    if found is None:
+        known = ", ".join(g.name for g in plan.host_groups)
+        raise ValueError(f"host group {group!r} is not in stack {plan.stack}; its host groups are: {known}")
+    labels: dict[str, str] = {}
+    if found.gpu_model is None:
+        return labels
+    if found.mig is not None:
+        labels[MIG_CONFIG_LABEL] = found.mig["config_name"]
+    elif found.mig_capable:
+        labels[MIG_CONFIG_LABEL] = DISABLED_CONFIG
+    labels[DEVICE_PLUGIN_CONFIG_LABEL] = DEFAULT_DEVICE_PLUGIN_CONFIG
+    labels[GPU_PRESENT_LABEL] = "true"
+    return {k: v for k, v in labels.items() if k in wanted}
