@@ -48,7 +48,10 @@ def run_playbook(
     progress: Callable[[str], None] | None = None,
     repo: Path | None = None,
 ) -> PlaybookResult:
-    repo = repo or playbook.resolve().parents[1]
+    if repo is None:  # the project root (its ansible.cfg), also for playbooks under ansible/playbooks/
+        from gpufleet.spec import find_project_root
+
+        repo = find_project_root(playbook.resolve().parent)
     bin_dir = Path(sys.executable).parent
     env = {
         **os.environ,

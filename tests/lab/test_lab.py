@@ -42,6 +42,10 @@ def converge(lab_hosts: dict, check: bool = False, progress=print) -> PlaybookRe
     )
 
 
+def verify(lab_hosts: dict) -> PlaybookResult:
+    return run_playbook(REPO / "ansible/playbooks/verify.yml", lab_hosts["inventory"], {"gpufleet_stack": STACK})
+
+
 def remote(host, command: str) -> str:
     proc = ssh.run(image.ssh_key(), host.ssh_port, command, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -107,6 +111,21 @@ class TestLab:
             ).split()
             assert vfs == ["4", "1", "1", "1", "1"]
 
+    def test_verify_playbook_passes_then_fails_with_a_table_on_a_changed_hugepage_count(self, lab_hosts):
+        result = verify(lab_hosts)
+        assert result.rc == 0, result.output[-3000:]
+        assert f"gpufleet verify ({STACK}): all 2 ok" in result.output
+        host = lab_hosts["result"].hosts[0]
+        pages = "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"
+        remote(host, f"echo 10 > {pages}")
+        try:
+            result = verify(lab_hosts)
+            assert result.rc == 2, result.output[-3000:]
+            assert f"{host.name}  hugepages: NUMA node 0 has 10 hugepages of 2048 kB; the plan is 64" in result.output
+            assert "1 of 2 host(s) failed verification" in result.output
+        finally:
+            remote(host, f"echo 64 > {pages}")
+
     def test_power_cycle_through_redfish_then_reconverge_changes_nothing(self, lab_hosts):
         hosts = lab_hosts["result"].hosts
         client = redfish.Client(redfish.credentials())
@@ -123,6 +142,27 @@ class TestLab:
         for h in hosts:  # the power-cycled host and the other one
             assert result.recap[h.name]["changed"] == 0, result.output[-3000:]
             assert result.recap[h.name]["failed"] == 0
+
+    def test_nvidia_driver_check_mode_reports_the_install_and_changes_nothing(self, lab_hosts):
+        """The driver role in check mode on a converged host (Debian's packages; `make test-slow` installs them)."""
+        host = lab_hosts["result"].hosts[0]
+        snapshot = (
+            "dpkg-query -W -f '${Package} ${Version}\\n' | sha256sum; apt-mark showhold;"
+            " ls -la --time-style=full-iso /etc/apt/sources.list.d /etc/modprobe.d /etc/systemd/system | sha256sum"
+        )
+        before = remote(host, snapshot)
+        result = run_playbook(
+            REPO / "roles/nvidia_driver/molecule/default/check.yml",
+            lab_hosts["inventory"],
+            {},
+            check=True,
+            limit=host.name,
+            repo=REPO,
+        )
+        assert result.rc == 0, result.output[-3000:]
+        assert result.recap[host.name]["changed"] > 0, result.output[-3000:]
+        assert "would install nvidia-open-kernel-dkms, nvidia-driver, firmware-nvidia-gsp" in result.output
+        assert remote(host, snapshot) == before
 
     def test_a_host_powered_off_mid_run_does_not_stop_the_other(self, lab_hosts):
         hosts = lab_hosts["result"].hosts

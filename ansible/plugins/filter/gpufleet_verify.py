@@ -1,0 +1,278 @@
+"""Controller-side filters of ``ansible/playbooks/verify.yml``: what each NVIDIA check reads means, what a failed
+check says, and the one table that reports every host.
+
+Each host records, as facts, a list of results ``{check, status, detail}`` (``status``: ``ok``, ``fail`` or ``skip``,
+``detail``: the failure message or why the check does not apply), ``gpufleet_verify_unreachable`` or
+``gpufleet_verify_error`` when it could not be checked at all, and ``gpufleet_verify_done`` once every check ran.
+The functions here are pure: the table is the same text whatever runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+CELL = {"ok": "ok", "fail": "FAIL", "skip": "skip"}
+# the kernel modules' licenses as modinfo prints them
+MODULE_LICENSES = {"open": "Dual MIT/GPL", "proprietary": "NVIDIA"}
+# "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (...)" (open modules) or
+# "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Thu Sep 25 ..." (proprietary modules)
+NVRM_VERSION = re.compile(
+    r"NVRM version: NVIDIA UNIX (?:(?P<open>Open) Kernel Module for \S+|\S+ Kernel Module)\s+(?P<version>\d+(?:\.\d+)+)"
+)
+
+
+def _plain(value: Any) -> Any:
+    """Ansible's tagged and lazily templated values as plain Python data."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _oneline(text: Any) -> str:
+    return " ".join(str(text or "").split())
+
+
+# -- what a failed check says -----------------------------------------------------------------------------------
+
+
+def _message(result: Mapping[str, Any]) -> str:
+    msg = _oneline(result.get("msg"))
+    msg = re.sub(r"^(Task|Action) failed: ", "", msg)
+    extra = _oneline(result.get("stderr"))
+    if extra and extra not in msg:
+        msg = f"{msg}: {extra}" if msg else extra
+    return msg
+
+
+def gpufleet_verify_failure(result: Any) -> str:
+    """The message of a failed task (``ansible_failed_result`` in a rescue), on one line: an assert's ``fail_msg``,
+    each failed loop item's message, or a command's ``msg: stderr``."""
+    result = _plain(result) if result is not None else {}
+    if not isinstance(result, dict):
+        return _oneline(result) or "failed"
+    items = [r for r in result.get("results") or [] if isinstance(r, dict) and r.get("failed")]
+    messages = [_message(r) for r in items] or [_message(result)]
+    return "; ".join(dict.fromkeys(m for m in messages if m)) or "failed (no message)"
+
+
+# -- what the NVIDIA checks read --------------------------------------------------------------------------------
+
+
+def gpufleet_driver_mismatches(
+    version_text: str,
+    license: str = "",
+    license_error: str = "",
+    branch: str = "",
+    modules: str = "open",
+    version_file: str = "/proc/driver/nvidia/version",
+) -> list[str]:
+    """How the loaded NVIDIA driver (``version_text``: ``/proc/driver/nvidia/version``) and the installed ``nvidia``
+    module (``license``: ``modinfo -F license nvidia``) differ from the expected ``branch`` (the release's
+    ``driver_branch``) and kernel ``modules`` (``open`` or ``proprietary``); empty when they match."""
+    if modules not in MODULE_LICENSES:
+        return [f"nvidia_driver_kernel_modules is {modules!r}; expected one of {', '.join(MODULE_LICENSES)}"]
+    problems = []
+    text = str(version_text or "").strip()
+    m = NVRM_VERSION.search(text)
+    if not text:
+        problems.append(f"no NVIDIA driver is loaded ({version_file} is missing)")
+    elif not m:
+        problems.append(f"{version_file} says {_oneline(text.splitlines()[0])!r}, not an NVRM version line")
+    else:
+        version = m["version"]
+        loaded = "open" if m["open"] else "proprietary"
+        if branch and version.split(".")[0] != str(branch):
+            problems.append(f"driver {version} is loaded; the release pins branch {branch}")
+        if loaded != modules:
+            problems.append(f"the loaded driver {version} uses the {loaded} kernel modules; expected {modules}")
+    license = str(license or "").strip()
+    if not license:
+        detail = _oneline(license_error) or "no license"
+        problems.append(f"modinfo nvidia: {detail}")
+    elif license != MODULE_LICENSES[modules]:
+        kind = next((k for k, v in MODULE_LICENSES.items() if v == license), "unknown")
+        problems.append(
+            f"the installed nvidia module is licensed {license!r} ({kind}); {modules} modules are "
+            f"{MODULE_LICENSES[modules]!r}"
+        )
+    return problems
+
+
+def gpufleet_persistence_mismatches(stdout: str, rc: int = 0, error: str = "") -> list[str]:
+    """The GPUs whose persistence mode is not Enabled, from ``nvidia-smi --query-gpu=index,persistence_mode
+    --format=csv,noheader``; empty when every GPU has it."""
+    if int(rc or 0) != 0:
+        return [f"nvidia-smi failed (rc {rc}): {_oneline(error) or _oneline(stdout) or 'no output'}"]
+    rows = [[f.strip() for f in line.split(",")] for line in str(stdout or "").splitlines() if line.strip()]
+    if not rows:
+        return ["nvidia-smi lists no GPU"]
+    off = [f"GPU {r[0]} ({r[-1]})" for r in rows if r[-1] != "Enabled"]
+    return [f"persistence mode is off on {', '.join(off)}"] if off else []
+
+
+def _dcgm_rows(stdout: str) -> list[tuple[str, str]]:
+    """``| name | value |`` rows of dcgmi's table. dcgmi cuts a long value into chunks of the column's width, on
+    continuation rows (empty name): a chunk shorter than the widest one ended in a space, which the padding hides."""
+    rows: list[tuple[str, list[str]]] = []
+    for line in str(stdout or "").splitlines():
+        cells = line.split("|")
+        if len(cells) != 4 or cells[1].startswith("-"):
+            continue
+        name, chunk = cells[1].strip(), cells[2].removeprefix(" ").rstrip()
+        if name:
+            rows.append((name, [chunk.strip()]))
+        elif rows:
+            rows[-1][1].append(chunk)
+    joined = []
+    for name, chunks in rows:
+        width = max(len(c) for c in chunks)
+        text = "".join(c if len(c) == width or i == len(chunks) - 1 else c + " " for i, c in enumerate(chunks))
+        joined.append((name, text))
+    return joined
+
+
+def gpufleet_dcgm_failures(stdout: str, rc: int = 0, error: str = "") -> list[str]:
+    """The failed tests of ``dcgmi diag -r 1`` (a ``Fail`` row, with the ``Error``/``Warning`` rows under it);
+    empty when it passed."""
+    failures: list[str] = []
+    current: str | None = None
+    for name, value in _dcgm_rows(stdout):
+        if value == "Fail":
+            failures.append(f"{name}: Fail")
+            current = name
+        elif name in ("Error", "Warning") and current is not None:
+            failures[-1] += f" ({_oneline(value)})"
+        else:
+            current = None
+    if not failures and int(rc or 0) != 0:
+        last = (str(stdout or "").strip().splitlines() or [""])[-1]
+        failures.append(f"dcgmi diag -r 1 failed (rc {rc}): {_oneline(error) or _oneline(last) or 'no output'}")
+    return failures
+
+
+# -- one table for every host -----------------------------------------------------------------------------------
+
+
+def host_state(variables: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a host recorded (its ``gpufleet_verify_*`` facts), as plain data."""
+    variables = variables or {}
+
+    def get(key: str) -> Any:
+        try:
+            return _plain(variables.get(key))
+        except Exception as exc:  # a fact that cannot be templated is reported, not raised
+            return f"<{key}: {exc}>"
+
+    return {
+        "results": get("gpufleet_verify_results") or [],
+        "unreachable": get("gpufleet_verify_unreachable") or "",
+        "error": get("gpufleet_verify_error") or "",
+        "done": bool(get("gpufleet_verify_done")),
+    }
+
+
+def host_verdict(state: Mapping[str, Any]) -> str:
+    """``ok``, ``FAIL``, ``UNREACHABLE``, ``ERROR`` (could not be checked) or ``INCOMPLETE`` (its checks stopped)."""
+    if state.get("unreachable"):
+        return "UNREACHABLE"
+    if state.get("error"):
+        return "ERROR"
+    if any(r.get("status") == "fail" for r in state.get("results", [])):
+        return "FAIL"
+    if not state.get("done"):
+        return "INCOMPLETE"
+    return "ok"
+
+
+def _columns(states: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(r["check"] for s in states.values() for r in s.get("results", [])))
+
+
+def _grid(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def render(states: Mapping[str, Mapping[str, Any]], title: str = "gpufleet verify") -> list[str]:
+    """The report as lines: a heading, one row per host (a cell per check: ok, FAIL, skip, or - when it did not
+    run), then each failure (host, check, message) and each skipped check with its reason."""
+    columns = _columns(states)
+    verdicts = {host: host_verdict(s) for host, s in states.items()}
+    bad = [h for h, v in verdicts.items() if v != "ok"]
+    if not states:
+        return [f"{title}: no host was verified (the host pattern matched none)"]
+    heading = f"{title}: {len(bad)} of {len(states)} host(s) failed" if bad else f"{title}: all {len(states)} ok"
+    rows = [["host", "result", *columns]]
+    for host, state in states.items():
+        cells = {r["check"]: CELL.get(r.get("status"), "?") for r in state.get("results", [])}
+        rows.append([host, verdicts[host], *(cells.get(c, "-") for c in columns)])
+    lines = [heading, "", *_grid(rows)]
+    failures = []
+    for host, state in states.items():
+        if state.get("unreachable"):
+            failures.append(f"  {host}  unreachable: {_oneline(state['unreachable'])}")
+        elif state.get("error"):
+            failures.append(f"  {host}  not checked: {_oneline(state['error'])}")
+        failures += [
+            f"  {host}  {r['check']}: {_oneline(r.get('detail')) or 'failed'}"
+            for r in state.get("results", [])
+            if r.get("status") == "fail"
+        ]
+        if verdicts[host] == "INCOMPLETE":
+            failures.append(f"  {host}  its checks stopped before the end (the play's output says where)")
+    if failures:
+        lines += ["", "failures:", *failures]
+    by_check: dict[tuple[str, str], list[str]] = {}
+    for host, state in states.items():
+        for r in state.get("results", []):
+            if r.get("status") == "skip":
+                by_check.setdefault((r["check"], _oneline(r.get("detail")) or "does not apply"), []).append(host)
+    skipped: dict[tuple[str, tuple[str, ...]], list[str]] = {}  # checks skipped on the same hosts for one reason
+    for (check, reason), hosts in by_check.items():
+        skipped.setdefault((reason, tuple(hosts)), []).append(check)
+    if skipped:
+        lines += ["", "skipped:"]
+        lines += [f"  {', '.join(c)} on {', '.join(h)}: {reason}" for (reason, h), c in skipped.items()]
+    return lines
+
+
+def report(states: Mapping[str, Mapping[str, Any]], title: str = "gpufleet verify") -> dict[str, Any]:
+    """``{ok, lines, failed: [host], summary}``: ``ok`` only when at least one host was verified and every host
+    passed every check that applies to it."""
+    verdicts = {host: host_verdict(s) for host, s in states.items()}
+    failed = [h for h, v in verdicts.items() if v != "ok"]
+    if not states:
+        summary = "no host was verified"
+    elif failed:
+        summary = f"{len(failed)} of {len(states)} host(s) failed verification: " + ", ".join(
+            f"{h} ({verdicts[h]})" for h in failed
+        )
+    else:
+        summary = f"all {len(states)} host(s) passed"
+    return {"ok": bool(states) and not failed, "lines": render(states, title), "failed": failed, "summary": summary}
+
+
+def gpufleet_verify_report(hostvars: Mapping[str, Any], hosts: Sequence[str], title: str = "gpufleet verify") -> dict:
+    """:func:`report` of ``hosts`` from their facts in ``hostvars`` (a host without any is INCOMPLETE)."""
+    states = {}
+    for host in _plain(list(hosts or [])):
+        try:
+            variables = hostvars[host]
+        except KeyError:
+            variables = None
+        states[host] = host_state(variables)
+    return report(states, title)
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "gpufleet_verify_failure": gpufleet_verify_failure,
+            "gpufleet_driver_mismatches": gpufleet_driver_mismatches,
+            "gpufleet_persistence_mismatches": gpufleet_persistence_mismatches,
+            "gpufleet_dcgm_failures": gpufleet_dcgm_failures,
+            "gpufleet_verify_report": gpufleet_verify_report,
+        }
