@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+import gpufleet.plan as plan_module
 import gpufleet.spec.load as spec_load
 from gpufleet.gpu_software import (
     DEFAULT_DEVICE_PLUGIN_CONFIG,
@@ -56,9 +57,9 @@ def pinned_date(monkeypatch: pytest.MonkeyPatch):
         date = _PinnedDate
 
     monkeypatch.setattr(spec_load, "_dt", _dt)
-    filters._plan_of.cache_clear()
+    plan_module._plan_spec_json.cache_clear()
     yield
-    filters._plan_of.cache_clear()
+    plan_module._plan_spec_json.cache_clear()
 
 
 def spec_of(path: Path) -> dict[str, Any]:

@@ -7,36 +7,20 @@ validates it again (a hand-made dict is checked like a stack file) and plans it 
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-SOURCE = "<gpufleet stack spec>"  # the "file" named in validation errors of a stack given as data
-
-
-@functools.lru_cache(maxsize=8)
-def _plan_of(spec_json: str) -> Any:
-    from gpufleet.catalog import load_catalog
-    from gpufleet.plan import plan_stack
-    from gpufleet.spec.load import NAMESPACE, validate_document
-
-    spec = json.loads(spec_json)
-    if not isinstance(spec, dict):
-        raise AnsibleFilterError(f"a gpufleet stack spec is a dict (lookup('gpufleet_stack', ...)), not {spec!r}")
-    catalog = load_catalog()
-    # the lookup's dict has every section, absent ones as None; a stack file leaves them out
-    config = {f"{NAMESPACE}:{k}": v for k, v in spec.items() if v is not None}
-    loaded = validate_document({"config": config}, SOURCE, catalog=catalog)
-    if loaded.stack is None:
-        raise AnsibleFilterError("invalid stack:\n" + "\n".join(str(d) for d in loaded.diagnostics))
-    return plan_stack(loaded.stack, catalog)
-
 
 def _plan(stack_spec: Any) -> Any:
-    """The stack's plan (gpufleet.plan.plan_stack); Ansible's tagged values become plain JSON data first."""
-    return _plan_of(json.dumps(stack_spec, sort_keys=True))
+    """The stack's plan (gpufleet.plan.plan_spec); Ansible's tagged values become plain JSON data first."""
+    from gpufleet.plan import plan_spec
+
+    try:
+        return plan_spec(json.loads(json.dumps(stack_spec)))
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 def _software(stack_spec: Any, driver_preinstalled: bool = True, toolkit_preinstalled: bool = True) -> Any:

@@ -25,12 +25,10 @@ def _mig_groups(stack: dict[str, Any]) -> list[tuple[str, str]]:
 def gpufleet_mig_parted_config(stack: dict[str, Any]) -> dict[str, Any]:
     """The plan's ``baremetal.mig_parted_config``: one mig-parted ``v1`` config with every host group's layout
     (and ``all-disabled``); a config with only ``all-disabled`` when no group has a layout."""
-    from gpufleet.catalog import load_catalog
     from gpufleet.mig_outputs import mig_parted_config
-    from gpufleet.plan import plan_stack
-    from gpufleet.spec.models import Stack
+    from gpufleet.plan import plan_spec
 
-    plan = plan_stack(Stack.model_validate(_plain(stack)), load_catalog())
+    plan = plan_spec(_plain(stack))
     config = (plan.baremetal or {}).get("mig_parted_config")
     return config or mig_parted_config([])
 
