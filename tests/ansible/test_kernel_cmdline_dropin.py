@@ -3,14 +3,12 @@ sources /etc/default/grub.d/*.cfg (the lab runs it for real; this pins the set s
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.ansible_playbook import ansible_playbook
 from tests.conftest import REPO
 
 TEMPLATE = REPO / "roles/kernel_cmdline/templates/grub-dropin.cfg.j2"
@@ -36,12 +34,7 @@ def render(tmp_path: Path, owner: str, args: list[str], remove: list[str]) -> Pa
         "kernel_cmdline_args": args,
         "kernel_cmdline_remove": remove,
     }
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={sys.executable}", "-e", json.dumps(variables), str(play)],
-        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
-        cwd=REPO, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    proc = ansible_playbook(play, extra_vars=variables)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 

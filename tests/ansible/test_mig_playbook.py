@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 from gpufleet.catalog import load_catalog
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack
+from tests.ansible_playbook import ansible_env, ansible_playbook
 from tests.conftest import FIXTURES, REPO
 from tests.lab.standins import FAKE_NVIDIA, fake_gpu_state
 
@@ -66,16 +66,10 @@ def run_mig(tmp_path: Path, stack: Path, *args: str, env: dict | None = None) ->
     """mig.yml on five local hosts: mig-1 lacks nvidia-mig-parted (its run fails), the others have the double."""
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(INVENTORY % (sys.executable, tmp_path / "gpus/nvidia-mig-parted"))
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), "ansible/playbooks/mig.yml"]
-    cmd += ["-e", json.dumps({"gpufleet_stack": str(stack)}), *args]
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        **(env or {}),
-    }
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    return ansible_playbook(
+        "-i", inventory, "ansible/playbooks/mig.yml", *args,
+        local=False, extra_vars={"gpufleet_stack": str(stack)}, env=ansible_env(**(env or {})),
+    )  # fmt: skip
 
 
 def recap_hosts(output: str) -> set[str]:

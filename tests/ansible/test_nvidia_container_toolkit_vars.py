@@ -5,14 +5,12 @@ line (rendered by Ansible from the role's own files)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.ansible_playbook import ansible_playbook
 from tests.conftest import REPO
 
 ROLE = REPO / "roles/nvidia_container_toolkit"
@@ -51,12 +49,7 @@ def render(tmp_path: Path, stack: str = "", **variables: str) -> tuple[dict, str
     play, out = tmp_path / "play.yml", tmp_path / "out"
     play.write_text(PLAYBOOK)
     extra = {"repo": str(REPO), "out": str(out), "stack": stack, **variables}
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={sys.executable}", "-e", json.dumps(extra), str(play)],
-        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
-        cwd=REPO, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    proc = ansible_playbook(play, extra_vars=extra)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(Path(f"{out}.json").read_text()), Path(f"{out}.list").read_text()
 

@@ -6,14 +6,13 @@ The lab installs Debian's packages for real (``make test-slow``); this pins what
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpufleet.driver import Platform, plan_driver
+from tests.ansible_playbook import ansible_env, ansible_playbook
 from tests.conftest import REPO
 
 # A module that reports the facts of another platform (what `setup` would gather there)
@@ -68,13 +67,8 @@ def resolve(tmp_path: Path, platform: Platform, role_vars: dict) -> tuple[subpro
         "kernel": platform.kernel,
     }
     variables = {"platform": facts, "out": str(tmp_path), "nvidia_driver_secure_boot": "false", **role_vars}
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={sys.executable}", "-e", json.dumps(variables), str(tmp_path / "play.yml")],
-        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_LIBRARY": str(tmp_path / "library"),
-             "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_FORCE_COLOR": "0"},
-        cwd=REPO, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    env = ansible_env(ANSIBLE_LIBRARY=str(tmp_path / "library"), ANSIBLE_ROLES_PATH=str(REPO / "roles"))
+    proc = ansible_playbook(tmp_path / "play.yml", extra_vars=variables, env=env)
     return proc, tmp_path
 
 

@@ -10,15 +10,13 @@ tests look at is what a user sees: the exit status and the table.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.ansible_playbook import ansible_env, ansible_playbook
 
 PLAYBOOKS = ("ansible/playbooks/verify.yml", "ansible/playbooks/mig.yml")
 NODE0_2M = Path("/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages")
@@ -41,16 +39,6 @@ DCGM_FAIL = DCGM_PASS.replace(
 )
 
 pytestmark = pytest.mark.skipif(not NODE0_2M.exists(), reason="this machine has no 2 MiB hugepage counter on node 0")
-
-
-def ansible_env(path_prefix: Path | None = None) -> dict[str, str]:
-    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
-    return {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "PATH": f"{path_prefix}:{path}" if path_prefix else path,
-    }
 
 
 def met_plan(tmp_path: Path, **changes) -> dict:
@@ -90,10 +78,10 @@ def nvidia_tools(
 
 def run_verify(tmp_path: Path, extra: dict, inventory: str = "localhost,", nvidia: bool = False, *args: str):
     variables = {"ansible_python_interpreter": sys.executable, **extra}
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory, "-c", "local"]
-    cmd += ["-e", json.dumps(variables), *args, "ansible/playbooks/verify.yml"]
-    env = ansible_env(tmp_path / "bin" if nvidia else None)
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    return ansible_playbook(
+        "-i", inventory, "-c", "local", *args, "ansible/playbooks/verify.yml",
+        local=False, extra_vars=variables, env=ansible_env(tmp_path / "bin" if nvidia else None),
+    )  # fmt: skip
 
 
 def table(output: str) -> list[str]:
@@ -111,14 +99,7 @@ def row(lines: list[str], host: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("playbook", PLAYBOOKS)
 def test_playbook_passes_syntax_check_from_the_repository_root(playbook: str):
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "--syntax-check", "-i", "localhost,", playbook],
-        cwd=REPO,
-        env=ansible_env(),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = ansible_playbook("--syntax-check", "-i", "localhost,", playbook, local=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.util
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from gpufleet.gpu_software import (
 from gpufleet.mig_outputs import CONFIGMAP_KEY, DISABLED_CONFIG
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack
+from tests.ansible_playbook import ansible_playbook
 from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY
 from tests.unit.test_gpu_software import DEVICE_PLUGIN_KEYS, OPERATOR_KEYS, chart_keys, unknown_keys
 
@@ -255,12 +254,7 @@ HELM_ARGS_PLAY = """
 
 
 def ansible(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         "-e", f"ansible_python_interpreter={sys.executable}", *args],
-        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"},
-        cwd=REPO, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    return ansible_playbook(*args)
 
 
 def helm_args(tmp_path: Path, stack: dict[str, Any]) -> dict[str, Any]:
