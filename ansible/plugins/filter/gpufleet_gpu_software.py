@@ -14,11 +14,11 @@ from ansible.errors import AnsibleFilterError
 
 
 def _plan(stack_spec: Any) -> Any:
-    """The stack's plan (gpufleet.plan.plan_spec); Ansible's tagged values become plain JSON data first."""
+    """The stack's plan (gpufleet.plan.plan_spec, which reads the spec as JSON data, Ansible's tagged values too)."""
     from gpufleet.plan import plan_spec
 
     try:
-        return plan_spec(json.loads(json.dumps(stack_spec)))
+        return plan_spec(stack_spec)
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

@@ -28,7 +28,7 @@ def gpufleet_mig_parted_config(stack: dict[str, Any]) -> dict[str, Any]:
     from gpufleet.mig_outputs import mig_parted_config
     from gpufleet.plan import plan_spec
 
-    plan = plan_spec(_plain(stack))
+    plan = plan_spec(stack)
     config = (plan.baremetal or {}).get("mig_parted_config")
     return config or mig_parted_config([])
 
