@@ -175,7 +175,7 @@ def _render_plan(result: Any) -> None:
             gpus = f"{p.gpu_partition} of a" if p.gpu_partition else f"{p.gpus_per_node} x"
             ib = ", InfiniBand" if p.infiniband else ""
             shape = f"{gpus} {p.gpu_model}, {p.vcpus} vCPU, {p.memory_gib:g} GiB{ib}"
-            out.print(f"\n  [bold]{p.name}[/bold]  {p.vm_size}: {shape}")
+            out.print(f"\n  [bold]{p.name}[/bold] (AKS node pool {p.aks_name})  {p.vm_size}: {shape}")
             n = p.nodes
             scale = f" (autoscaling {n['min']}-{n['max']})" if p.autoscaling else ""
             zones = f", zones {','.join(p.zones)}" if p.zones else ""

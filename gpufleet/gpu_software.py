@@ -35,6 +35,8 @@ MIG_CONFIGMAP = "gpufleet-mig-parted-config"
 DEVICE_PLUGIN_CONFIGMAP = "gpufleet-device-plugin-config"
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"  # used on nodes without the nvidia.com/device-plugin.config label
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# AKS puts this taint on every spot pool's nodes itself: the GPU daemonsets must tolerate it to run there.
+AKS_SPOT_TAINT = "kubernetes.azure.com/scalesetpriority=spot:NoSchedule"
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,44 @@ def for_baremetal(
         toolkit_preinstalled=toolkit_preinstalled,
         mig_strategy=strategy,
         mig_parted_config=plan.baremetal.get("mig_parted_config"),
+    )
+
+
+def aks_chart(plan: StackPlan) -> str:
+    """The chart an AKS cluster's GPU software comes from: the GPU Operator when a pool leaves the driver
+    (``driver: operator``, AKS ``gpuProfile.driver: None``) or a MIG layout (``mig.managed_by: operator``) to it;
+    otherwise AKS installs driver and toolkit on every pool and the device plugin alone is enough."""
+    if plan.cluster is None:
+        raise ValueError(f"stack {plan.stack} has no AKS cluster")
+    operator = any(p.driver == "operator" or (p.mig or {}).get("managed_by") == "operator" for p in plan.pools)
+    return "gpu-operator" if operator else "nvidia-device-plugin"
+
+
+def for_aks(plan: StackPlan, *, monitoring: bool = False) -> GpuSoftware:
+    """An AKS cluster: the operator's driver (and toolkit) daemonsets run only when a pool's AKS driver is
+    ``None``; on the other pools of such a cluster the ``nvidia.com/gpu.deploy.driver=false`` label keeps them off
+    (:func:`gpufleet.plan.pool_labels`). MIG layouts come from the operator-managed pools, sharing configs from the
+    pools' ``sharing`` (named as their ``nvidia.com/device-plugin.config`` label), and the daemonsets tolerate every
+    GPU pool's taints. A MIG mode change needs a reboot on Azure VMs (``WITH_REBOOT``)."""
+    if plan.cluster is None:
+        raise ValueError(f"stack {plan.stack} has no AKS cluster")
+    operator_driver = any(p.aks_gpu_driver == "None" for p in plan.pools)
+    sharing = tuple(
+        SharingConfig(name=p.labels[DEVICE_PLUGIN_CONFIG_LABEL], mode=p.sharing["mode"], replicas=p.sharing["replicas"])
+        for p in plan.pools
+        if p.sharing["mode"] != "none"
+    )
+    taints = tuple(dict.fromkeys(t for p in plan.pools for t in (*p.taints, *([AKS_SPOT_TAINT] if p.spot else []))))
+    return GpuSoftware(
+        driver_preinstalled=not operator_driver,
+        toolkit_preinstalled=not operator_driver,
+        # the device plugin serves the AKS-managed MIG pools too
+        mig_strategy=cluster_strategy(p.mig["strategy"] for p in plan.pools if p.mig),
+        mig_parted_config=plan.cluster["mig_parted_config"],
+        sharing=sharing,
+        taints=taints,
+        mig_with_reboot=True,
+        monitoring=monitoring,
     )
 
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from gpufleet.aks import aks_pool_name
 from gpufleet.catalog import Catalog, Gpu, VmSize
 from gpufleet.mig_outputs import aks_instances, cluster_strategy, mig_parted_config, node_mig, stack_layouts
 from gpufleet.spec.models import AksManagedMig, GpuPool, MigDeviceGroup, MigLayout, OperatorManagedMig, Stack
@@ -34,6 +35,7 @@ def _number(value: Fraction) -> int | float:
 @dataclass
 class PoolPlan:
     name: str
+    aks_name: str  # the node pool's name in AKS (gpufleet.aks.aks_pool_name)
     vm_size: str
     series: str
     gpu_model: str
@@ -122,6 +124,7 @@ def _pool_plan(pool: GpuPool, size: VmSize, gpu: Gpu, operator_driver_in_cluster
     upgrade = pool.effective_upgrade.model_dump(exclude_none=True)
     return PoolPlan(
         name=pool.name,
+        aks_name=aks_pool_name(pool),
         vm_size=size.name,
         series=size.series,
         gpu_model=gpu.name,

@@ -194,11 +194,12 @@ DEFAULT_TUNING_PROFILE = "default"
 
 
 class PoolTuning(StrictModel):
-    """Node tuning AKS can apply: kubelet CPU/topology managers, hugepages (2 MiB, via sysctl), THP."""
+    """Node tuning AKS can apply: kubelet CPU/topology managers, transparent hugepages."""
 
     cpu_manager_policy: Literal["none", "static"] = "none"
     topology_manager_policy: Literal["none", "best-effort", "restricted", "single-numa-node"] = "none"
-    hugepages_2m: int = Field(0, ge=0, description="vm.nr_hugepages per node (2 MiB pages)")
+    # AKS has no vm.nr_hugepages sysctl: kept so a stack that sets it gets the reason (spec.rules.check_pool)
+    hugepages_2m: int = Field(0, ge=0, description="refused: AKS cannot reserve hugepages")
     transparent_hugepages: Literal["always", "madvise", "never"] | None = None
 
     @model_validator(mode="after")
@@ -282,6 +283,11 @@ PoolMig = Annotated[AksManagedMig | OperatorManagedMig, Field(discriminator="man
 # -- AKS -----------------------------------------------------------------------------------------------------
 
 
+# The Linux OS SKUs of AKS's stable API (pulumi_azure_native containerservice.OSSKU, API 2025-09-01); Ubuntu
+# 24.04 is in preview only there.
+OsSku = Literal["Ubuntu", "Ubuntu2204", "AzureLinux", "AzureLinux3"]
+
+
 class Autoscaling(StrictModel):
     min: int = Field(ge=0, le=1000)
     max: int = Field(ge=1, le=1000)
@@ -341,7 +347,7 @@ class GpuPool(StrictModel):
     taints: list[Taint] = Field(default_factory=lambda: list(DEFAULT_GPU_TAINTS))
     labels: dict[str, str] = Field(default_factory=dict)
     spot: Spot | None = None
-    os_sku: Literal["Ubuntu", "Ubuntu2204", "Ubuntu2404", "AzureLinux", "AzureLinux3"] = "Ubuntu"
+    os_sku: OsSku = "Ubuntu"
     driver: Literal["aks", "operator"] = Field("aks", description="who installs the NVIDIA driver")
     mig: PoolMig | None = None
     sharing: Sharing = Field(default_factory=Sharing)
@@ -375,7 +381,7 @@ class SystemPool(StrictModel):
     vm_size: str = "Standard_D4ds_v5"
     count: int = Field(3, ge=1, le=1000)
     zones: list[Zone] = Field(default_factory=lambda: ["1", "2", "3"])
-    os_sku: Literal["Ubuntu", "Ubuntu2204", "Ubuntu2404", "AzureLinux", "AzureLinux3"] = "Ubuntu"
+    os_sku: OsSku = "Ubuntu"
 
 
 class Network(StrictModel):
@@ -465,9 +471,30 @@ class Cluster(StrictModel):
     autoscaler_profile: AutoscalerProfile = Field(default_factory=AutoscalerProfile)
 
 
+# The charts' Helm repositories (the NVIDIA documentation's); a stack may point at a mirror instead.
+GPU_OPERATOR_REPOSITORY = "https://helm.ngc.nvidia.com/nvidia"
+DEVICE_PLUGIN_REPOSITORY = "https://nvidia.github.io/k8s-device-plugin"
+
+HelmRepository = Annotated[str, matching(r"(https|oci)://[^\s]+", "an https:// or oci:// Helm repository URL")]
+Namespace = Annotated[
+    str, matching(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", "a Kubernetes namespace (DNS-1123 label, 1-63 characters)")
+]
+
+
+class GpuSoftware(StrictModel):
+    """The cluster's GPU software. gpufleet picks the chart from the pools: the GPU Operator when a pool leaves the
+    driver or the MIG layout to it, else the NVIDIA device plugin alone (AKS installs driver and toolkit)."""
+
+    namespace: Namespace | None = Field(None, description="default: gpu-operator, or nvidia-device-plugin")
+    monitoring: bool = Field(False, description="a Prometheus operator scrapes DCGM exporter (ServiceMonitor)")
+    gpu_operator_repository: HelmRepository = GPU_OPERATOR_REPOSITORY
+    device_plugin_repository: HelmRepository = DEVICE_PLUGIN_REPOSITORY
+
+
 class Aks(StrictModel):
     cluster: Cluster
     gpu_pools: list[GpuPool] = Field(min_length=1)
+    gpu_software: GpuSoftware = Field(default_factory=GpuSoftware)
 
 
 # -- bare metal ----------------------------------------------------------------------------------------------

@@ -20,11 +20,6 @@ from gpufleet.spec.models import AksManagedMig, GpuPool, HostGroup, MigLayout, S
 # for Linux node pools, the length must be between 1-12 characters" (learn.microsoft.com/azure/aks/create-node-pools).
 AKS_POOL_NAME = re.compile(r"[a-z][a-z0-9]{0,11}")
 
-# Hugepages are taken from the node's RAM at boot; the OS, kubelet (AKS kube-reserved is up to 25% on small
-# nodes) and ordinary pod memory need the rest. gpufleet keeps at least this much as ordinary memory.
-HUGEPAGE_RESERVE_MIN_GIB = 8.0
-HUGEPAGE_RESERVE_FRACTION = 0.10
-
 # Labels gpufleet derives itself (from mig / sharing / driver); a stack may not set them by hand.
 DERIVED_LABELS = {
     "nvidia.com/mig.config": "mig.config_name",
@@ -39,11 +34,6 @@ AZURE_LINUX_SKUS = ("AzureLinux", "AzureLinux3")
 class Context:
     catalog: Catalog
     today: _dt.date
-
-
-def hugepage_reserve_gib(memory_gib: float) -> float:
-    """Ordinary memory a node of ``memory_gib`` keeps when hugepages are configured."""
-    return max(HUGEPAGE_RESERVE_MIN_GIB, HUGEPAGE_RESERVE_FRACTION * memory_gib)
 
 
 # -- MIG layouts (shared by AKS pools and bare-metal host groups) ---------------------------------------------
@@ -177,8 +167,7 @@ def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
     if pool.os_sku in AZURE_LINUX_SKUS and not size.azure_linux:
         yield Finding(
             (*path, "os_sku"),
-            f"{size.name} ({gpu.name}) is not available on Azure Linux in AKS; use os_sku Ubuntu,"
-            " Ubuntu2204 or Ubuntu2404",
+            f"{size.name} ({gpu.name}) is not available on Azure Linux in AKS; use os_sku Ubuntu or Ubuntu2204",
         )
 
     if pool.mig is not None:
@@ -196,18 +185,15 @@ def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
         else:
             yield from check_mig_layout(gpu, pool.mig, size.whole_gpus or None, mpath, ctx.catalog)
 
-    hugepages_gib = pool.tuning.hugepages_2m * 2 / 1024
-    if hugepages_gib:
-        reserve = hugepage_reserve_gib(size.memory_gib)
-        room = size.memory_gib - reserve
-        if hugepages_gib > room:
-            most = max(int(room * 512), 0)
-            yield Finding(
-                (*path, "tuning", "hugepages_2m"),
-                f"{pool.tuning.hugepages_2m} x 2 MiB = {hugepages_gib:.1f} GiB of hugepages does not fit"
-                f" {size.name} ({size.memory_gib:g} GiB RAM, {reserve:g} GiB kept for the OS and kubelet);"
-                f" at most {most}",
-            )
+    if pool.tuning.hugepages_2m:
+        # AKS custom node configuration (linuxOSConfig.sysctls) has no vm.nr_hugepages: its vm.* sysctls are
+        # vm.max_map_count, vm.swappiness and vm.vfs_cache_pressure (pulumi_azure_native SysctlConfigArgs)
+        yield Finding(
+            (*path, "tuning", "hugepages_2m"),
+            "AKS cannot reserve hugepages: its custom node configuration has no vm.nr_hugepages sysctl (its vm.*"
+            " sysctls are vm.max_map_count, vm.swappiness, vm.vfs_cache_pressure); remove the key, or reserve"
+            " hugepages on bare-metal hosts (tuning_profiles.<name>.hugepages_2m_per_node)",
+        )
 
 
 # -- bare metal ----------------------------------------------------------------------------------------------
@@ -301,7 +287,27 @@ def check_aks_pools(pools: Sequence[GpuPool | None], system_pool_name: str | Non
             size = ctx.catalog.vm_size(pool.vm_size)
             layouts.append(((*path, "mig"), size.gpu if size else None, pool.mig))
     yield from check_unique(names, "pool name", "cluster (the system pool included)")
+    yield from check_aks_names(pools)
     yield from check_mig_config_names(layouts)
+
+
+def check_aks_names(pools: Sequence[GpuPool | None]) -> Iterator[Finding]:
+    """Pools whose names share their first 8 characters and whose immutable fields are equal get the same AKS name
+    (gpufleet.aks.aks_pool_name)."""
+    from gpufleet.aks import aks_pool_name  # here: gpufleet.aks imports the models, which load this module
+
+    seen: dict[str, str] = {}
+    for i, pool in enumerate(pools):
+        if pool is None:
+            continue
+        aks_name = aks_pool_name(pool)
+        if aks_name in seen and seen[aks_name] != pool.name:
+            yield Finding(
+                ("aks", "gpu_pools", i, "name"),
+                f"{pool.name!r} and {seen[aks_name]!r} would both be AKS node pool {aks_name!r} (the first 8"
+                " characters of the name and a suffix of the pool's fixed settings); make the first 8 differ",
+            )
+        seen.setdefault(aks_name, pool.name)
 
 
 def check_host_groups(

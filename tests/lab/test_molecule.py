@@ -34,7 +34,7 @@ def _included_roles(role: str) -> set[str]:
 
 
 def test_every_role_has_a_molecule_scenario_from_the_template():
-    """A role without a scenario of its own is a shared task set (gpu_chart): it must run inside two roles' scenarios."""
+    """A role without a scenario of its own is a shared task set (gpu_chart): it must run in two roles' scenarios."""
     template = (REPO / "tests/molecule/molecule.yml").read_text().split("\n", 2)[2]  # without its header line
     roles = sorted(p.name for p in (REPO / "roles").iterdir() if p.is_dir())
     for shared in sorted(set(roles) - set(ROLES)):

@@ -80,7 +80,7 @@ def test_plan_json_and_human():
     assert pools["nvlmig"]["mig"]["instances_per_node"] == {"1g.12gb": 4, "2g.24gb": 2, "3g.47gb": 2}
     assert pools["t4spot"]["spot"] is True
     human = gpufleet("plan", "prod-eastus").stdout
-    assert "nvlmig  Standard_NC80adis_H100_v5: 2 x H100-NVL-94GB, 80 vCPU, 640 GiB" in human
+    assert "nvlmig (AKS node pool nvlmigc749)  Standard_NC80adis_H100_v5: 2 x H100-NVL-94GB, 80 vCPU, 640 GiB" in human
     assert "MIG (operator-managed, nvl-balanced): 4 x 1g.12gb, 2 x 2g.24gb, 2 x 3g.47gb per node" in human
 
 

@@ -19,7 +19,6 @@ from ruamel.yaml import YAML
 
 from gpufleet.catalog import load_catalog
 from gpufleet.spec import LoadedStack, dump_stack, load_stack_text
-from gpufleet.spec.rules import hugepage_reserve_gib
 from tests.conftest import TODAY
 
 CATALOG = load_catalog()
@@ -60,7 +59,7 @@ def pool_docs(draw: st.DrawFn, name: str) -> dict[str, Any]:
         pool["upgrade"] = draw(st.sampled_from([{"max_surge": "33%"}, {"max_surge": 2}, {"max_unavailable": 1}]))
     pool["zones"] = draw(st.lists(st.sampled_from(["1", "2", "3"]), unique=True, max_size=3))
     pool["driver"] = draw(st.sampled_from(["aks", "operator"]))
-    skus = ["Ubuntu", "Ubuntu2204", "Ubuntu2404"] + (["AzureLinux", "AzureLinux3"] if size.azure_linux else [])
+    skus = ["Ubuntu", "Ubuntu2204"] + (["AzureLinux", "AzureLinux3"] if size.azure_linux else [])
     pool["os_sku"] = draw(st.sampled_from(skus))
     if size.aks_mig and gpu.mig and draw(st.booleans()):
         if draw(st.booleans()):
@@ -79,12 +78,7 @@ def pool_docs(draw: st.DrawFn, name: str) -> dict[str, Any]:
     topo = draw(
         st.sampled_from(["none", "best-effort"] + (["restricted", "single-numa-node"] if cpu == "static" else []))
     )
-    most_pages = int((size.memory_gib - hugepage_reserve_gib(size.memory_gib)) * 512)
-    pool["tuning"] = {
-        "cpu_manager_policy": cpu,
-        "topology_manager_policy": topo,
-        "hugepages_2m": draw(st.integers(0, max(most_pages, 0))),
-    }
+    pool["tuning"] = {"cpu_manager_policy": cpu, "topology_manager_policy": topo}
     if draw(st.booleans()):
         pool["labels"] = {"team": draw(st.sampled_from(["ml", "infra", "research"]))}
     return pool

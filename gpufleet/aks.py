@@ -1,0 +1,42 @@
+"""AKS facts gpufleet derives from a GPU pool: its node pool name in AKS. Pure: no I/O, no Pulumi.
+
+AKS cannot change a node pool's VM size, availability zones, spot settings, GPU driver owner, MIG instance profile
+or taints in place. gpufleet changes them the way Azure documents for a resize: a new pool next to the old one, then
+the old one goes. For that each pool's AKS name carries a short suffix derived from those fields: changing one gives
+a new name, so Pulumi creates the new pool before it deletes the old one (like the ``name_suffix`` of Azure's own
+AKS Terraform module).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from gpufleet.spec.models import AksManagedMig, GpuPool
+
+AKS_POOL_NAME_MAX = 12  # AKS Linux node pools: 1-12 lowercase letters and digits, starting with a letter
+SUFFIX_LENGTH = 4
+
+
+def immutable_fields(pool: GpuPool) -> dict[str, Any]:
+    """The pool's settings AKS cannot update in place."""
+    return {
+        "vm_size": pool.vm_size,
+        "zones": sorted(pool.zones),
+        "spot": pool.spot.model_dump() if pool.spot else None,
+        "gpu_driver": pool.aks_gpu_driver,
+        "gpu_instance_profile": pool.mig.profile if isinstance(pool.mig, AksManagedMig) else None,
+        "taints": sorted(pool.taints),
+    }
+
+
+def pool_suffix(pool: GpuPool) -> str:
+    """Four hex digits that change whenever one of :func:`immutable_fields` does."""
+    canonical = json.dumps(immutable_fields(pool), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:SUFFIX_LENGTH]
+
+
+def aks_pool_name(pool: GpuPool) -> str:
+    """The pool's name in AKS: the stack's name (cut to 8 characters) and :func:`pool_suffix`, e.g. ``h100trai3f0c``."""
+    return pool.name[: AKS_POOL_NAME_MAX - SUFFIX_LENGTH] + pool_suffix(pool)
