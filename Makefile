@@ -38,7 +38,7 @@ lint: setup
 
 # Fast tests first, then the lab (real VMs: the image is built once and cached in ~/.cache/gpufleet/lab).
 test: setup lint
-	$(BIN)/python -m pytest -m "not slow" tests/unit tests/ansible tests/lab
+	$(BIN)/python -m pytest -m "not slow" tests/unit tests/infra tests/ansible tests/lab
 
 # pytest exits 5 when no test is selected; say so rather than fail. -s prints each scenario's wall time.
 test-slow: setup

@@ -3,9 +3,6 @@ sharing configs in NVIDIA's formats."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import pytest
 from ruamel.yaml import YAML
 
@@ -21,11 +18,7 @@ from gpufleet.gpu_software import (
 from gpufleet.mig_outputs import CONFIGMAP_KEY, DISABLED_CONFIG
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack_text
-from tests.conftest import REPO
-
-CHARTS = REPO / "tests/fixtures/charts"
-OPERATOR_KEYS = CHARTS / "gpu-operator-v26.7.0.keys"
-DEVICE_PLUGIN_KEYS = CHARTS / "nvidia-device-plugin-v0.20.0.keys"
+from tests.charts import DEVICE_PLUGIN_KEYS, OPERATOR_KEYS, chart_keys, unknown_keys
 
 MIG_CONFIG = {
     "version": "v1",
@@ -33,24 +26,6 @@ MIG_CONFIG = {
         "h100-inference": [{"devices": "all", "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}],
     },
 }
-
-
-def chart_keys(path: Path) -> set[str]:
-    return {line for line in path.read_text().splitlines() if line and not line.startswith("#")}
-
-
-def unknown_keys(values: dict[str, Any], known: set[str], prefix: str = "") -> list[str]:
-    """Paths in ``values`` the chart does not have (below a ``path.*`` entry any key is the user's)."""
-    out = []
-    for key, value in values.items():
-        path = f"{prefix}{key}"
-        if f"{prefix}*" in known:
-            continue
-        if path not in known:
-            out.append(path)
-        elif isinstance(value, dict):
-            out.extend(unknown_keys(value, known, path + "."))
-    return out
 
 
 def _load(text: str):

@@ -1,0 +1,101 @@
+"""The cluster's GPU software: the NVIDIA GPU Operator, or the NVIDIA device plugin alone, as a Helm release.
+
+The values come from :mod:`gpufleet.gpu_software` (the same code the bare-metal ``gpu_operator`` / ``device_plugin``
+roles use); the chart and its version from the stack's release pins; the repository from
+``gpufleet:aks.gpu_software``. The Kubernetes provider is built from the cluster's user credentials with
+``cluster_identifier`` set to the cluster's resource id, so a rotated kubeconfig updates the provider instead of
+replacing it (and every release with it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi_kubernetes.helm.v3 import Release, RepositoryOptsArgs
+
+from gpufleet import gpu_software
+from gpufleet.plan import StackPlan
+from gpufleet.spec.models import GpuSoftware as GpuSoftwareSpec
+
+# The GPU Operator's daemonsets are privileged (driver, toolkit, device plugin, MIG manager, DCGM).
+PRIVILEGED_NAMESPACE_LABELS = {"pod-security.kubernetes.io/enforce": "privileged"}
+RELEASE_TIMEOUT_SECONDS = 900
+
+
+@dataclass(frozen=True)
+class ChartRelease:
+    """What the release is made of, computed without Pulumi (the tests and ``gpufleet plan`` read it too)."""
+
+    chart: str
+    version: str
+    repository: str
+    namespace: str
+    values: dict[str, Any]
+
+
+def chart_release(plan: StackPlan, settings: GpuSoftwareSpec) -> ChartRelease:
+    chart = gpu_software.aks_chart(plan)
+    software = gpu_software.for_aks(plan, monitoring=settings.monitoring)
+    if chart == "gpu-operator":
+        values = gpu_software.operator_values(software)
+        repository = settings.gpu_operator_repository
+    else:
+        values = gpu_software.device_plugin_values(software)
+        repository = settings.device_plugin_repository
+    return ChartRelease(
+        chart=chart,
+        version=gpu_software.chart_version(chart, plan.release),
+        repository=repository,
+        namespace=settings.namespace or chart,
+        values=values,
+    )
+
+
+@dataclass(frozen=True)
+class GpuSoftwareArgs:
+    release: ChartRelease
+    kubeconfig: pulumi.Input[str]
+    cluster_id: pulumi.Input[str]
+
+
+class GpuSoftware(pulumi.ComponentResource):
+    """Namespace and Helm release on the cluster, through a provider of its own."""
+
+    provider: k8s.Provider
+    release: Release
+
+    def __init__(self, name: str, args: GpuSoftwareArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpufleet:kubernetes:GpuSoftware", name, None, opts)
+        spec = args.release
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=args.kubeconfig,
+            cluster_identifier=args.cluster_id,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        on_cluster = pulumi.ResourceOptions(parent=self, provider=self.provider)
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-ns",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=spec.namespace,
+                labels=PRIVILEGED_NAMESPACE_LABELS if spec.chart == "gpu-operator" else None,
+            ),
+            opts=on_cluster,
+        )
+        self.release = Release(
+            f"{name}-{spec.chart}",
+            name=spec.chart,
+            chart=spec.chart,
+            version=spec.version,
+            repository_opts=RepositoryOptsArgs(repo=spec.repository),
+            namespace=namespace.metadata.name,
+            values=spec.values,
+            atomic=True,  # a failed install or upgrade rolls back instead of leaving a half-applied release
+            cleanup_on_fail=True,
+            timeout=RELEASE_TIMEOUT_SECONDS,
+            opts=on_cluster,
+        )
+        self.register_outputs({"release": self.release.status})

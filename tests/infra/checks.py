@@ -1,0 +1,292 @@
+"""What Azure, AKS and the charts would check, applied to the resources the program registered under mocks.
+
+Each check returns a list of problems (empty: the rule holds). The program's tests run every check on every
+example stack; ``test_checks.py`` breaks each rule on purpose and expects its check to report it.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Any
+
+import kubernetes_validate
+from pulumi_azure_native import containerservice as cs
+
+from gpufleet.catalog import Catalog
+from gpufleet.gpu_software import chart_version
+from gpufleet.plan import DEPLOY_DRIVER_LABEL, DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, POOL_LABEL
+from gpufleet.spec.models import AksManagedMig, OperatorManagedMig, Stack
+from tests.charts import KEYS_BY_CHART, chart_keys, unknown_keys
+from tests.infra.harness import Registered
+
+CLUSTER = "azure-native:containerservice:ManagedCluster"
+AGENT_POOL = "azure-native:containerservice:AgentPool"
+RELEASE = "kubernetes:helm.sh/v3:Release"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+K8S_PROVIDER = "pulumi:providers:kubernetes"
+KUBERNETES_VERSION = "1.33"  # the schema version ConfigMaps and Namespaces are validated against
+
+# AKS Linux node pools: 1-12 lowercase letters and digits, starting with a letter.
+AKS_POOL_NAME = re.compile(r"[a-z][a-z0-9]{0,11}")
+# Values AKS documents for fields the SDK types as plain strings (custom node configuration).
+CPU_MANAGER_POLICIES = {"none", "static"}
+TOPOLOGY_MANAGER_POLICIES = {"none", "best-effort", "restricted", "single-numa-node"}
+THP_ENABLED = {"always", "madvise", "never"}
+
+Allowed = type[Enum] | set[str]
+POOL_ENUMS: dict[str, Allowed] = {
+    "mode": cs.AgentPoolMode,
+    "type": cs.AgentPoolType,
+    "osType": cs.OSType,
+    "osSKU": cs.OSSKU,
+    "gpuInstanceProfile": cs.GPUInstanceProfile,
+    "gpuProfile.driver": cs.GPUDriver,
+    "scaleSetPriority": cs.ScaleSetPriority,
+    "scaleSetEvictionPolicy": cs.ScaleSetEvictionPolicy,
+    "kubeletConfig.cpuManagerPolicy": CPU_MANAGER_POLICIES,
+    "kubeletConfig.topologyManagerPolicy": TOPOLOGY_MANAGER_POLICIES,
+    "linuxOSConfig.transparentHugePageEnabled": THP_ENABLED,
+}
+CLUSTER_ENUMS: dict[str, Allowed] = {
+    "sku.name": cs.ManagedClusterSKUName,
+    "sku.tier": cs.ManagedClusterSKUTier,
+    "identity.type": cs.ResourceIdentityType,
+    "autoUpgradeProfile.nodeOSUpgradeChannel": cs.NodeOSUpgradeChannel,
+    "autoUpgradeProfile.upgradeChannel": cs.UpgradeChannel,
+    "autoScalerProfile.expander": cs.Expander,
+    "networkProfile.networkPlugin": cs.NetworkPlugin,
+    "networkProfile.networkPluginMode": cs.NetworkPluginMode,
+    "networkProfile.loadBalancerSku": cs.LoadBalancerSku,
+}
+
+
+def _get(obj: dict[str, Any], dotted: str) -> Any:
+    for key in dotted.split("."):
+        if not isinstance(obj, dict) or key not in obj:
+            return None
+        obj = obj[key]
+    return obj
+
+
+def _allowed(allowed: Allowed) -> set[str]:
+    return set(allowed) if isinstance(allowed, set) else {e.value for e in allowed}
+
+
+def _enum_problems(where: str, inputs: dict[str, Any], enums: dict[str, Allowed]) -> list[str]:
+    out = []
+    for path, allowed in enums.items():
+        value = _get(inputs, path)
+        if value is not None and value not in _allowed(allowed):
+            out.append(f"{where}: {path} {value!r} is not one of {sorted(_allowed(allowed))}")
+    return out
+
+
+def of_type(resources: list[Registered], typ: str) -> list[Registered]:
+    return [r for r in resources if r.type == typ]
+
+
+def the(resources: list[Registered], typ: str) -> Registered:
+    (found,) = of_type(resources, typ)
+    return found
+
+
+def enum_problems(resources: list[Registered]) -> list[str]:
+    """Every enum-valued input is one of the SDK's (or AKS's documented) values."""
+    out = []
+    for pool in of_type(resources, AGENT_POOL):
+        out += _enum_problems(f"AgentPool {pool.name}", pool.inputs, POOL_ENUMS)
+    for cluster in of_type(resources, CLUSTER):
+        out += _enum_problems(f"ManagedCluster {cluster.name}", cluster.inputs, CLUSTER_ENUMS)
+        for profile in cluster.inputs.get("agentPoolProfiles", []):
+            out += _enum_problems(f"ManagedCluster {cluster.name} pool {profile.get('name')}", profile, POOL_ENUMS)
+    return out
+
+
+def pool_name_problems(resources: list[Registered]) -> list[str]:
+    """AKS pool names are valid Linux pool names and unique in the cluster (the system pool included)."""
+    names = [p.inputs.get("agentPoolName") for p in of_type(resources, AGENT_POOL)]
+    for cluster in of_type(resources, CLUSTER):
+        names += [p.get("name") for p in cluster.inputs.get("agentPoolProfiles", [])]
+    out = [f"pool name {n!r} is not an AKS Linux pool name" for n in names if not AKS_POOL_NAME.fullmatch(str(n))]
+    out += [f"pool name {n!r} is used twice" for n in sorted({n for n in names if names.count(n) > 1})]
+    return out
+
+
+def count_problems(resources: list[Registered]) -> list[str]:
+    """``count`` is always set (AKS requires it with autoscaling too) and lies within [min, max]; min/max only with
+    autoscaling."""
+    out = []
+    for pool in of_type(resources, AGENT_POOL):
+        i, name = pool.inputs, pool.name
+        if i.get("count") is None:
+            out.append(f"AgentPool {name}: no count")
+            continue
+        if i.get("enableAutoScaling"):
+            lo, hi = i.get("minCount"), i.get("maxCount")
+            if lo is None or hi is None:
+                out.append(f"AgentPool {name}: autoscaling without minCount/maxCount")
+            elif not lo <= i["count"] <= hi:
+                out.append(f"AgentPool {name}: count {i['count']} outside [{lo}, {hi}]")
+        elif i.get("minCount") is not None or i.get("maxCount") is not None:
+            out.append(f"AgentPool {name}: minCount/maxCount without autoscaling")
+    return out
+
+
+def inline_pool_problems(resources: list[Registered], catalog: Catalog) -> list[str]:
+    """The ManagedCluster holds only the system pool inline, and it has no GPUs; GPU pools are AgentPools."""
+    out = []
+    for cluster in of_type(resources, CLUSTER):
+        profiles = cluster.inputs.get("agentPoolProfiles", [])
+        if len(profiles) != 1 or profiles[0].get("mode") != "System":
+            names = [p.get("name") for p in profiles]
+            out.append(f"ManagedCluster {cluster.name}: inline pools {names}, want only one System pool")
+        for profile in profiles:
+            size = catalog.vm_size(str(profile.get("vmSize")))
+            if size is not None and size.gpu_count:
+                out.append(f"ManagedCluster {cluster.name}: GPU pool {profile.get('name')} ({size.name}) is inline")
+    return out
+
+
+def spot_problems(resources: list[Registered]) -> list[str]:
+    """Spot pools get no surge nodes and say how they are evicted; regular pools carry no spot settings."""
+    out = []
+    for pool in of_type(resources, AGENT_POOL):
+        i = pool.inputs
+        if i.get("scaleSetPriority") == "Spot":
+            if _get(i, "upgradeSettings.maxSurge") is not None:
+                out.append(f"AgentPool {pool.name}: spot pool with upgradeSettings.maxSurge")
+            if i.get("scaleSetEvictionPolicy") is None or i.get("spotMaxPrice") is None:
+                out.append(f"AgentPool {pool.name}: spot pool without eviction policy or max price")
+        elif i.get("scaleSetEvictionPolicy") is not None or i.get("spotMaxPrice") is not None:
+            out.append(f"AgentPool {pool.name}: spot settings on a regular pool")
+    return out
+
+
+def _pools_by_spec_name(resources: list[Registered]) -> dict[str, Registered]:
+    return {p.inputs.get("tags", {}).get("gpufleet-pool"): p for p in of_type(resources, AGENT_POOL)}
+
+
+def taint_label_problems(resources: list[Registered], stack: Stack) -> list[str]:
+    """Each pool has exactly the stack's taints, the stack's labels plus gpufleet's, and the MIG settings asked."""
+    assert stack.aks is not None
+    pools = _pools_by_spec_name(resources)
+    out = []
+    for spec in stack.aks.gpu_pools:
+        pool = pools.get(spec.name)
+        if pool is None:
+            out.append(f"pool {spec.name}: no AgentPool")
+            continue
+        taints, labels = pool.inputs.get("nodeTaints") or [], pool.inputs.get("nodeLabels") or {}
+        if taints != list(spec.taints):
+            out.append(f"pool {spec.name}: taints {taints}, the stack says {list(spec.taints)}")
+        wanted = {**spec.labels, POOL_LABEL: spec.name}
+        if isinstance(spec.mig, OperatorManagedMig):
+            wanted[MIG_CONFIG_LABEL] = spec.mig.config_name
+        if spec.sharing.mode != "none":
+            wanted[DEVICE_PLUGIN_CONFIG_LABEL] = f"{spec.name}-{spec.sharing.mode}"
+        missing = {k: v for k, v in wanted.items() if labels.get(k) != v}
+        if missing:
+            out.append(f"pool {spec.name}: labels {labels} lack {missing}")
+        profile = spec.mig.profile if isinstance(spec.mig, AksManagedMig) else None
+        if pool.inputs.get("gpuInstanceProfile") != profile:
+            out.append(f"pool {spec.name}: gpuInstanceProfile {pool.inputs.get('gpuInstanceProfile')}, want {profile}")
+    return out
+
+
+def driver_problems(resources: list[Registered]) -> list[str]:
+    """Who installs the driver agrees between the pools and the Helm values: the operator's driver (and toolkit)
+    daemonsets are on exactly when a pool's AKS driver is None, and skip the pools where AKS installs it."""
+    pools = of_type(resources, AGENT_POOL)
+    release = the(resources, RELEASE)
+    values = release.inputs.get("values", {})
+    operator_driver = [p for p in pools if _get(p.inputs, "gpuProfile.driver") == "None"]
+    out = []
+    if release.inputs.get("chart") == "nvidia-device-plugin":
+        if operator_driver:
+            out.append(f"pools {[p.name for p in operator_driver]} have no driver (AKS None) and no GPU Operator")
+        return out
+    for key in ("driver", "toolkit"):
+        enabled = _get(values, f"{key}.enabled")
+        if enabled is not bool(operator_driver):
+            out.append(f"{key}.enabled is {enabled}; pools without an AKS driver: {[p.name for p in operator_driver]}")
+    if operator_driver:
+        for pool in pools:
+            aks_driver = _get(pool.inputs, "gpuProfile.driver") != "None"
+            skipped = (pool.inputs.get("nodeLabels") or {}).get(DEPLOY_DRIVER_LABEL) == "false"
+            if aks_driver != skipped:
+                out.append(f"AgentPool {pool.name}: AKS driver {aks_driver}, {DEPLOY_DRIVER_LABEL}=false {skipped}")
+    return out
+
+
+def helm_key_problems(resources: list[Registered]) -> list[str]:
+    """The release's values use only keys the chart has (key lists kept as test data)."""
+    release = the(resources, RELEASE)
+    chart = release.inputs.get("chart")
+    if chart not in KEYS_BY_CHART:
+        return [f"no key list for chart {chart!r}"]
+    unknown = unknown_keys(release.inputs.get("values", {}), chart_keys(KEYS_BY_CHART[chart]))
+    return [f"chart {chart} has no value {key}" for key in unknown]
+
+
+def rendered_configmaps(release: Registered) -> list[dict[str, Any]]:
+    """The ConfigMaps the chart creates from the values (the charts' templates: name and data as given; the
+    device plugin chart names its map ``<release>-configs``)."""
+    values, namespace = release.inputs.get("values", {}), release.inputs.get("namespace")
+    found: list[tuple[str, Any]] = []
+    if release.inputs.get("chart") == "gpu-operator":
+        for key in ("migManager", "devicePlugin"):
+            config = _get(values, f"{key}.config") or {}
+            if config.get("create"):
+                found.append((config.get("name"), config.get("data")))
+    elif _get(values, "config.map"):
+        found.append((f"{release.inputs.get('name')}-configs", _get(values, "config.map")))
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data}
+        for name, data in found
+    ]
+
+
+# What the API server requires of a ConfigMap's or a Namespace's name (the schema only says "string").
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def kubernetes_object_problems(resources: list[Registered]) -> list[str]:
+    """The rendered ConfigMaps and the Namespace validate against the Kubernetes schema, and their names are what
+    the API server accepts."""
+    objects = rendered_configmaps(the(resources, RELEASE))
+    objects += [ns.inputs for ns in of_type(resources, NAMESPACE)]
+    out = []
+    for obj in objects:
+        name = str(_get(obj, "metadata.name"))
+        rule = DNS1123_LABEL if obj.get("kind") == "Namespace" else DNS1123_SUBDOMAIN
+        if not rule.fullmatch(name) or len(name) > 253:
+            out.append(f"{obj.get('kind')} {name}: not a valid name (DNS-1123)")
+        try:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            out.append(f"{obj.get('kind')} {_get(obj, 'metadata.name')}: {exc.message}")
+    return out
+
+
+def release_problems(resources: list[Registered], stack: Stack) -> list[str]:
+    """The release is at the stack's pinned chart version, from the stack's repository, through a Kubernetes
+    provider whose identity is the cluster (so a rotated kubeconfig does not replace it)."""
+    assert stack.aks is not None
+    release = the(resources, RELEASE)
+    chart = str(release.inputs.get("chart"))
+    out = []
+    pin = chart_version(chart, stack.release.model_dump())
+    if release.inputs.get("version") != pin:
+        out.append(f"release version {release.inputs.get('version')}, pinned {pin}")
+    settings = stack.aks.gpu_software
+    repo = settings.gpu_operator_repository if chart == "gpu-operator" else settings.device_plugin_repository
+    if _get(release.inputs, "repositoryOpts.repo") != repo:
+        out.append(f"release repository {_get(release.inputs, 'repositoryOpts.repo')}, the stack says {repo}")
+    providers = of_type(resources, K8S_PROVIDER)
+    if len(providers) != 1 or not providers[0].inputs.get("clusterIdentifier"):
+        out.append("no single Kubernetes provider with a clusterIdentifier")
+    elif not (release.provider or "").rsplit("::", 1)[0].endswith(f"::{providers[0].name}"):  # ref: URN::id
+        out.append(f"the release uses provider {release.provider}, not {providers[0].name}")
+    return out

@@ -1,0 +1,147 @@
+"""Each check of tests/infra/checks.py reports its rule when the rule is broken: a check that cannot fail would
+make the program's tests worthless (mocks accept anything)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gpufleet.catalog import load_catalog
+from gpufleet.spec import load_stack
+from tests.conftest import REPO
+from tests.infra import checks
+from tests.infra.harness import Registered, run_program
+
+BROKEN_FIXTURE = REPO / "tests/fixtures/infra/broken-aks-resources.json"
+
+
+@pytest.fixture(scope="module")
+def eastus() -> list[Registered]:
+    return run_program("prod-eastus").recorder.resources
+
+
+@pytest.fixture(scope="module")
+def stack():
+    return load_stack(REPO / "Pulumi.prod-eastus.yaml").stack
+
+
+def broken(resources: list[Registered], typ: str, index: int, edit: Callable[[dict[str, Any]], None]):
+    out = copy.deepcopy(resources)
+    edit(checks.of_type(out, typ)[index].inputs)
+    return out
+
+
+def test_enum_check(eastus):
+    assert checks.enum_problems(eastus) == []
+    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(gpuInstanceProfile="MIG8g"))
+    assert checks.enum_problems(bad) == [
+        "AgentPool nvlmigc749: gpuInstanceProfile 'MIG8g' is not one of ['MIG1g', 'MIG2g', 'MIG3g', 'MIG4g', 'MIG7g']"
+    ]
+    bad = broken(eastus, checks.AGENT_POOL, 1, lambda i: i["gpuProfile"].update(driver="Skip"))
+    assert checks.enum_problems(bad) != []
+    bad = broken(eastus, checks.CLUSTER, 0, lambda i: i["autoUpgradeProfile"].update(nodeOSUpgradeChannel="Daily"))
+    assert "nodeOSUpgradeChannel 'Daily'" in checks.enum_problems(bad)[0]
+
+
+def test_pool_name_check(eastus):
+    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(agentPoolName="nvl-mig-pool-1"))
+    assert checks.pool_name_problems(bad) == ["pool name 'nvl-mig-pool-1' is not an AKS Linux pool name"]
+    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(agentPoolName="system"))
+    assert checks.pool_name_problems(bad) == ["pool name 'system' is used twice"]
+
+
+def test_count_check(eastus):
+    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.pop("count"))
+    assert checks.count_problems(bad) == ["AgentPool nvlmigc749: no count"]
+    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(count=9))
+    assert checks.count_problems(bad) == ["AgentPool nvlmigc749: count 9 outside [2.0, 8.0]"]
+    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(enableAutoScaling=False))
+    assert checks.count_problems(bad) == ["AgentPool nvlmigc749: minCount/maxCount without autoscaling"]
+
+
+def test_inline_pool_check(eastus):
+    gpu_pool = checks.of_type(eastus, checks.AGENT_POOL)[0].inputs
+
+    def inline(inputs: dict[str, Any]) -> None:
+        inputs["agentPoolProfiles"].append({"name": "gpu", "mode": "User", "vmSize": gpu_pool["vmSize"]})
+
+    problems = checks.inline_pool_problems(broken(eastus, checks.CLUSTER, 0, inline), load_catalog())
+    assert len(problems) == 2 and "is inline" in problems[1]
+
+
+def test_spot_check(eastus):
+    bad = broken(eastus, checks.AGENT_POOL, 1, lambda i: i["upgradeSettings"].update(maxSurge="1"))
+    assert checks.spot_problems(bad) == ["AgentPool t4spot028f: spot pool with upgradeSettings.maxSurge"]
+    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(spotMaxPrice=0.5))
+    assert checks.spot_problems(bad) == ["AgentPool nvlmigc749: spot settings on a regular pool"]
+
+
+def test_taint_and_label_check(eastus, stack):
+    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(nodeTaints=[]))
+    assert checks.taint_label_problems(bad, stack) == ["pool nvlmig: taints [], the stack says ['sku=gpu:NoSchedule']"]
+    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i["nodeLabels"].pop("nvidia.com/mig.config"))
+    assert "lack {'nvidia.com/mig.config': 'nvl-balanced'}" in checks.taint_label_problems(bad, stack)[0]
+    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(gpuInstanceProfile="MIG1g"))
+    assert checks.taint_label_problems(bad, stack) == ["pool nvlmig: gpuInstanceProfile MIG1g, want None"]
+
+
+def test_driver_ownership_check(eastus):
+    def values(edit: Callable[[dict[str, Any]], None]) -> list[Registered]:
+        return broken(eastus, checks.RELEASE, 0, lambda i: edit(i["values"]))
+
+    assert checks.driver_problems(values(lambda v: v["driver"].update(enabled=False))) == [
+        "driver.enabled is False; pools without an AKS driver: ['nvlmigc749', 't4spot028f']"
+    ]
+    # one pool keeps the AKS driver: the operator must skip it (nvidia.com/gpu.deploy.driver=false)
+    bad = broken(eastus, checks.AGENT_POOL, 1, lambda i: i["gpuProfile"].update(driver="Install"))
+    assert checks.driver_problems(bad) == [
+        "AgentPool t4spot028f: AKS driver True, nvidia.com/gpu.deploy.driver=false False"
+    ]
+    bad = broken(eastus, checks.RELEASE, 0, lambda i: i.update(chart="nvidia-device-plugin"))
+    assert "no GPU Operator" in checks.driver_problems(bad)[0]
+
+
+def test_helm_key_check(eastus):
+    bad = broken(eastus, checks.RELEASE, 0, lambda i: i["values"]["migManager"].update(withReboot=True))
+    assert checks.helm_key_problems(bad) == ["chart gpu-operator has no value migManager.withReboot"]
+
+
+def test_kubernetes_object_check(eastus):
+    bad = broken(eastus, checks.RELEASE, 0, lambda i: i["values"]["migManager"]["config"].update(name="MIG Config"))
+    assert "ConfigMap MIG Config" in checks.kubernetes_object_problems(bad)[0]
+    bad = broken(eastus, checks.RELEASE, 0, lambda i: i["values"]["devicePlugin"]["config"].update(data={"a": 1}))
+    assert checks.kubernetes_object_problems(bad) != []
+
+
+def test_release_check(eastus, stack):
+    bad = broken(eastus, checks.RELEASE, 0, lambda i: i.update(version="v25.3.0"))
+    assert checks.release_problems(bad, stack) == ["release version v25.3.0, pinned v26.7.0"]
+    no_identity = copy.deepcopy(eastus)
+    checks.the(no_identity, checks.K8S_PROVIDER).inputs.pop("clusterIdentifier")
+    assert checks.release_problems(no_identity, stack) == ["no single Kubernetes provider with a clusterIdentifier"]
+
+
+def test_a_deliberately_broken_fixture_fails_the_checks():
+    """tests/fixtures/infra/broken-aks-resources.json: what a careless program could register (a GPU pool inline,
+    an invalid pool name, an OS SKU AKS does not have, a spot pool with surge nodes, min/max without autoscaling)."""
+    resources = [Registered(**r) for r in json.loads(BROKEN_FIXTURE.read_text())["resources"]]
+    problems = (
+        checks.enum_problems(resources)
+        + checks.pool_name_problems(resources)
+        + checks.count_problems(resources)
+        + checks.inline_pool_problems(resources, load_catalog())
+        + checks.spot_problems(resources)
+    )
+    assert problems == [
+        "AgentPool gpu_spot: osSKU 'Ubuntu1804' is not one of ['AzureLinux', 'AzureLinux3', 'CBLMariner', 'Ubuntu',"
+        " 'Ubuntu2204', 'Windows2019', 'Windows2022']",
+        "pool name 'gpu_spot' is not an AKS Linux pool name",
+        "AgentPool gpu_spot: minCount/maxCount without autoscaling",
+        "ManagedCluster broken: inline pools ['system', 'h100'], want only one System pool",
+        "ManagedCluster broken: GPU pool h100 (Standard_ND96isr_H100_v5) is inline",
+        "AgentPool gpu_spot: spot pool with upgradeSettings.maxSurge",
+    ]
