@@ -720,5 +720,12 @@ def lab_verify(as_json: JsonOpt = False, root: RootOpt = None) -> None:
         raise typer.Exit(EXIT_INVALID)
 
 
+# -- promote (gpufleet/cli_promote.py; imported last: it uses the helpers above) -----------------------------------
+
+from gpufleet.cli_promote import promote_app  # noqa: E402
+
+app.add_typer(promote_app, name="promote")
+
+
 def main() -> None:
     app()

@@ -21,9 +21,15 @@ def gpufleet(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
 def test_validate_all_example_stacks():
     proc = gpufleet("validate")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "4 stack(s) valid" in proc.stdout
+    assert "5 stack(s) valid" in proc.stdout
     report = json.loads(gpufleet("validate", "--json").stdout)
-    assert sorted(r["stack"] for r in report) == ["dev-westeurope", "lab-local", "prod-eastus", "prod-westeurope"]
+    assert sorted(r["stack"] for r in report) == [
+        "dev-westeurope",
+        "lab-local",
+        "prod-eastus",
+        "prod-westeurope",
+        "staging-westeurope",
+    ]
     assert all(r["ok"] and r["errors"] == [] for r in report)
 
 

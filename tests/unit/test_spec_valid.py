@@ -11,9 +11,10 @@ from gpufleet.spec import dump_stack, find_project_root, load_stack, load_stack_
 from tests.conftest import EXAMPLE_STACKS, REPO, TODAY
 
 
-def test_the_four_example_stacks_exist():
+def test_the_five_example_stacks_exist():
     assert {p.name for p in EXAMPLE_STACKS} == {
         "Pulumi.dev-westeurope.yaml",
+        "Pulumi.staging-westeurope.yaml",
         "Pulumi.prod-westeurope.yaml",
         "Pulumi.prod-eastus.yaml",
         "Pulumi.lab-local.yaml",
@@ -64,7 +65,7 @@ def test_upgrade_defaults_respect_spot():
 def test_stack_resolution_by_name_and_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     assert find_project_root(REPO / "gpufleet" / "spec") == REPO
     assert resolve_stack("prod-eastus", REPO).name == "Pulumi.prod-eastus.yaml"
-    assert len(stack_files(REPO)) == 4
+    assert len(stack_files(REPO)) == 5
     with pytest.raises(LookupError, match="did you mean 'prod-eastus'"):
         resolve_stack("prod-eastsu", REPO)
     monkeypatch.chdir(tmp_path)

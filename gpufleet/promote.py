@@ -1,0 +1,502 @@
+"""Stack promotion: a release block moves from one stack to the next, stage by stage and wave by wave, only after
+the previous step proved healthy.
+
+- **Policy** (``promotion.yaml`` at the project root): ordered stages, each with ordered waves of regions, the soak
+  time a release must run verified in the stage before it moves on, and the gates a promotion *into* the stage
+  must pass. Validated like stack files (``file:line: key.path: message``).
+- **What moves**: the ``gpufleet:release`` block, and only it. The target file is edited as text: the lines of its
+  release block are replaced by the source's, so comments, key order and everything outside the block stay
+  byte-identical; the result is validated before it is written.
+- **Gates** (refusals say what to do; ``--force`` with a reason overrides them, and the ledger records it):
+  ``earlier_waves`` (every earlier wave of the target's stage runs the release), ``verified`` (the source has a
+  successful verification of the release, and no failed one after it), ``soaked`` (the source's stage soak time
+  has passed since the release's verifications there began to pass; a failed one restarts it). An invalid source
+  or result is never written, forced or not.
+- **Ledger** (``promotion-ledger.jsonl``, committed): one JSON object per line for every deployment,
+  verification and promotion; appended under an exclusive lock with a single ``write``, so concurrent writers
+  never lose or interleave a line.
+
+Pure except for the file I/O at the edges (:func:`load_policy`, :class:`Ledger`, :func:`write_target`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError
+
+from gpufleet.diagnostics import Diagnostic, Finding
+from gpufleet.spec.load import NAMESPACE, load_stack, load_stack_text, stack_name_from_file
+from gpufleet.spec.models import RegionName, StrictModel, matching
+from gpufleet.spec.models import Stage as StageName
+from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
+
+POLICY_FILE = "promotion.yaml"
+LEDGER_FILE = "promotion-ledger.jsonl"
+RELEASE_KEY = f"{NAMESPACE}:release"
+Gate = Literal["earlier_waves", "verified", "soaked"]
+GATES: tuple[Gate, ...] = ("earlier_waves", "verified", "soaked")
+
+SoakTime = Annotated[str, matching(r"\d+[mhd]", "a duration in minutes, hours or days, e.g. '30m', '24h', '2d'")]
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    unit = {"m": "minutes", "h": "hours", "d": "days"}[text[-1]]
+    return dt.timedelta(**{unit: int(text[:-1])})
+
+
+class PolicyStage(StrictModel):
+    name: StageName
+    waves: list[Annotated[list[RegionName], Field(min_length=1)]] = Field(min_length=1)
+    soak: SoakTime = Field("24h", description="how long a release runs verified here before it moves on")
+    gates: list[Gate] = Field(default_factory=lambda: list(GATES), description="what promotions into it need")
+
+
+class Policy(StrictModel):
+    stages: list[PolicyStage] = Field(min_length=1)
+
+    def stage(self, name: str) -> PolicyStage | None:
+        return next((s for s in self.stages if s.name == name), None)
+
+    def position(self, stack: str) -> tuple[int, int] | None:
+        """(stage index, wave index) of a stack ``<stage>-<region>``, or None when the policy does not list it."""
+        for i, stage in enumerate(self.stages):
+            for j, wave in enumerate(stage.waves):
+                if any(f"{stage.name}-{region}" == stack for region in wave):
+                    return i, j
+        return None
+
+    def stacks(self) -> list[str]:
+        """Every stack the policy names, in promotion order."""
+        return [f"{s.name}-{region}" for s in self.stages for wave in s.waves for region in wave]
+
+
+@dataclass
+class LoadedPolicy:
+    file: str
+    policy: Policy | None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+def _policy_findings(policy: Policy, root: Path) -> Iterator[Finding]:
+    seen_stages: set[str] = set()
+    stack_files = {stack_name_from_file(p): p for p in root.glob("Pulumi.*.y*ml") if p.name != "Pulumi.yaml"}
+    for i, stage in enumerate(policy.stages):
+        if stage.name in seen_stages:
+            yield Finding(("stages", i, "name"), f"stage {stage.name!r} is listed twice")
+        seen_stages.add(stage.name)
+        seen_regions: set[str] = set()
+        for j, wave in enumerate(stage.waves):
+            for k, region in enumerate(wave):
+                path = ("stages", i, "waves", j, k)
+                if region in seen_regions:
+                    yield Finding(path, f"region {region!r} is in two waves of stage {stage.name}")
+                seen_regions.add(region)
+                if f"{stage.name}-{region}" not in stack_files:
+                    yield Finding(path, f"no stack file Pulumi.{stage.name}-{region}.yaml in {root}")
+        for name in sorted(stack_files):
+            st, _, region = name.partition("-")
+            if st == stage.name and region not in seen_regions:
+                yield Finding(
+                    ("stages", i, "waves"),
+                    f"stack {name} is in no wave of stage {stage.name}: add {region!r} to a wave, so it is promoted",
+                )
+
+
+def load_policy(root: Path) -> LoadedPolicy:
+    """``root/promotion.yaml``, validated: the structure, then its stages and regions against the stack files."""
+    path = root / POLICY_FILE
+    file = str(path)
+    if not path.is_file():
+        return LoadedPolicy(file, None, [Diagnostic(file, 1, "", f"no promotion policy; create {POLICY_FILE}")])
+    doc, errors = read_yaml(file)
+    if errors:
+        return LoadedPolicy(file, None, errors)
+    locator = Locator(doc)
+    try:
+        policy = Policy.model_validate(plain(doc))
+    except ValidationError as exc:
+        return LoadedPolicy(file, None, located(findings_from_validation(exc, Policy), locator, file))
+    diagnostics = located(_policy_findings(policy, root), locator, file)
+    return LoadedPolicy(file, policy if not diagnostics else None, diagnostics)
+
+
+# -- releases and the stack files' release blocks ---------------------------------------------------------------
+
+
+def release_hash(release: dict[str, Any]) -> str:
+    """A short, stable name of a release block's content (key order does not matter)."""
+    return hashlib.sha256(json.dumps(release, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _block_span(lines: Sequence[str]) -> tuple[int, int, int]:
+    """(first line, end line, indent) of the ``gpufleet:release`` block: its key line and every line after it that
+    is indented deeper, or blank/comment lines between them (trailing blank and comment lines stay outside)."""
+    key = re.compile(rf"^(\s*){re.escape(RELEASE_KEY)}\s*:")
+    for start, line in enumerate(lines):
+        m = key.match(line)
+        if m:
+            indent = len(m.group(1))
+            end = start + 1
+            last = start + 1
+            while end < len(lines):
+                text = lines[end]
+                stripped = text.strip()
+                if stripped and not stripped.startswith("#"):
+                    if len(text) - len(text.lstrip()) <= indent:
+                        break
+                    last = end + 1
+                end += 1
+            return start, last, indent
+    raise ValueError(f"no {RELEASE_KEY} block")
+
+
+def _child_indent(lines: Sequence[str], start: int, end: int, default: int) -> int:
+    for line in lines[start + 1 : end]:
+        if line.strip() and not line.strip().startswith("#"):
+            return len(line) - len(line.lstrip())
+    return default
+
+
+def _indented(line: str, indent: int) -> str:
+    return " " * max(indent, 0) + line.lstrip(" ") if line.strip() else line
+
+
+def replace_release_block(target: str, source: str) -> str:
+    """``target`` with its release block's lines replaced by ``source``'s, re-indented to the target's style (its
+    key's indentation and its entries' indentation)."""
+    t_lines, s_lines = target.splitlines(keepends=True), source.splitlines(keepends=True)
+    t_start, t_end, t_indent = _block_span(t_lines)
+    s_start, s_end, s_indent = _block_span(s_lines)
+    t_child = _child_indent(t_lines, t_start, t_end, t_indent + 2)
+    s_child = _child_indent(s_lines, s_start, s_end, s_indent + 2)
+    block = [_indented(s_lines[s_start], t_indent)]
+    for line in s_lines[s_start + 1 : s_end]:
+        current = len(line) - len(line.lstrip(" "))
+        block.append(_indented(line, t_child + current - s_child))
+    if not block[-1].endswith("\n"):
+        block[-1] += "\n"
+    return "".join(t_lines[:t_start] + block + t_lines[t_end:])
+
+
+# -- the ledger ------------------------------------------------------------------------------------------------
+
+Kind = Literal["deploy", "verify", "promote"]
+Result = Literal["ok", "failed"]
+
+
+def now_utc() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+def iso(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> dt.datetime:
+    """An ISO 8601 time; without a zone it is UTC."""
+    t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
+
+
+class LedgerError(ValueError):
+    """A ledger line that is not a JSON object with the fields every entry has."""
+
+
+class Ledger:
+    """The append-only ledger: one JSON object per line."""
+
+    REQUIRED = ("time", "kind", "stack", "release", "result")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, entry: dict[str, Any]) -> None:
+        """Append one entry: one ``write`` of one line, under an exclusive ``flock``, to a file opened with
+        ``O_APPEND``; so two processes appending at once each land their whole line."""
+        missing = [k for k in self.REQUIRED if k not in entry]
+        if missing:
+            raise LedgerError(f"ledger entry without {', '.join(missing)}: {entry}")
+        data = (json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                written = os.write(fd, data)
+                if written != len(data):
+                    raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
+                os.fsync(fd)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def entries(self) -> list[dict[str, Any]]:
+        if not self.path.is_file():
+            return []
+        out = []
+        with self.path.open(encoding="utf-8") as fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise LedgerError(f"{self.path}:{n}: not JSON: {exc.msg}") from None
+                if not isinstance(entry, dict) or any(k not in entry for k in self.REQUIRED):
+                    raise LedgerError(f"{self.path}:{n}: an entry needs {', '.join(self.REQUIRED)}")
+                out.append(entry)
+        return out
+
+
+def git_commit(root: Path) -> str | None:
+    """HEAD of the git repository holding ``root``, if any."""
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        proc = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        return proc.stdout.strip() or None
+    return None
+
+
+def uncommitted(root: Path, file: Path) -> bool:
+    """``file`` differs from git's HEAD (False outside a git repository)."""
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        proc = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", str(file)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return bool(proc.stdout.strip())
+    return False
+
+
+# -- deciding a promotion --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A release's verification state on a stack: ``result`` of the latest verification; ``time`` is when the
+    current run of successful verifications began (the soak starts there), or when the latest one failed."""
+
+    time: dt.datetime
+    result: str
+
+
+def last_verification(entries: Sequence[dict[str, Any]], stack: str, release: str) -> Verification | None:
+    """How ``release`` has fared on ``stack`` (None: never verified)."""
+    found = [e for e in entries if e["kind"] == "verify" and e["stack"] == stack and e["release"] == release]
+    # by time; of two at the same time, the later line
+    ordered = [e for _, e in sorted(enumerate(found), key=lambda ie: (parse_time(ie[1]["time"]), ie[0]))]
+    if not ordered:
+        return None
+    if ordered[-1]["result"] != "ok":
+        return Verification(parse_time(ordered[-1]["time"]), ordered[-1]["result"])
+    start = len(ordered) - 1
+    while start > 0 and ordered[start - 1]["result"] == "ok":
+        start -= 1
+    return Verification(parse_time(ordered[start]["time"]), "ok")
+
+
+def default_source(policy: Policy, target: str) -> str | None:
+    """Where a target's release comes from: the previous stage's stack in the same region; else the previous wave
+    of the same stage; else the previous stage's last wave. None for the first wave of the first stage."""
+    pos = policy.position(target)
+    if pos is None:
+        return None
+    i, j = pos
+    region = target.split("-", 1)[1]
+    if i > 0:
+        previous = policy.stages[i - 1]
+        if any(region in wave for wave in previous.waves):
+            return f"{previous.name}-{region}"
+    if j > 0:
+        return f"{policy.stages[i].name}-{policy.stages[i].waves[j - 1][0]}"
+    if i > 0:
+        previous = policy.stages[i - 1]
+        return f"{previous.name}-{previous.waves[-1][0]}"
+    return None
+
+
+def _human(delta: dt.timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
+    return f"{hours // 24}d{hours % 24}h"
+
+
+@dataclass
+class Refusal:
+    gate: str  # one of GATES, or "invalid" / "uncommitted" (never forceable)
+    message: str
+
+    @property
+    def forceable(self) -> bool:
+        return self.gate in GATES
+
+
+@dataclass
+class Decision:
+    source: str
+    target: str
+    release: str  # hash of the release that would move
+    previous: str  # the target's release hash now
+    pins: dict[str, tuple[str | None, str | None]]  # key -> (target now, after)
+    refusals: list[Refusal]
+    new_text: str | None  # the target file after the promotion (None when it cannot be built)
+
+    @property
+    def changes(self) -> bool:
+        return self.release != self.previous
+
+    def blocking(self, force: bool) -> list[Refusal]:
+        return [r for r in self.refusals if not (force and r.forceable)]
+
+
+def _stack_release(path: Path) -> tuple[dict[str, Any] | None, list[Diagnostic]]:
+    loaded = load_stack(path)
+    if not loaded.ok or loaded.stack is None:
+        return None, loaded.diagnostics
+    return loaded.stack.release.model_dump(), []
+
+
+def decide(
+    root: Path, policy: Policy, entries: Sequence[dict[str, Any]], source: str, target: str, now: dt.datetime
+) -> Decision:
+    """Everything ``gpufleet promote`` would do and every gate it would refuse on; changes nothing."""
+    src_path, tgt_path = root / f"Pulumi.{source}.yaml", root / f"Pulumi.{target}.yaml"
+    refusals: list[Refusal] = []
+    src_release, src_diags = _stack_release(src_path)
+    tgt_release, tgt_diags = _stack_release(tgt_path)
+    for name, diags in ((source, src_diags), (target, tgt_diags)):
+        if diags:
+            lines = "\n  ".join(str(d) for d in diags)
+            refusals.append(Refusal("invalid", f"stack {name} is invalid; fix it first:\n  {lines}"))
+    if src_release is None or tgt_release is None:
+        return Decision(source, target, "", "", {}, refusals, None)
+
+    release, previous = release_hash(src_release), release_hash(tgt_release)
+    keys = list(dict.fromkeys([*tgt_release, *src_release]))
+    pins = {k: (tgt_release.get(k), src_release.get(k)) for k in keys}
+    new_text = replace_release_block(tgt_path.read_text(encoding="utf-8"), src_path.read_text(encoding="utf-8"))
+    result = load_stack_text(new_text, str(tgt_path))
+    if not result.ok:
+        lines = "\n  ".join(str(d) for d in result.diagnostics)
+        refusals.append(Refusal("invalid", f"{target} with {source}'s release would be invalid:\n  {lines}"))
+        new_text = None
+    if uncommitted(root, tgt_path):
+        refusals.append(
+            Refusal(
+                "uncommitted",
+                f"{tgt_path.name} has uncommitted changes; commit or stash them first, so the promotion is the only"
+                " change to review",
+            )
+        )
+
+    target_pos = policy.position(target)
+    gates = policy.stage(target.split("-", 1)[0]).gates if target_pos else list(GATES)  # type: ignore[union-attr]
+    if "earlier_waves" in gates and target_pos is not None:
+        i, j = target_pos
+        stage = policy.stages[i]
+        for w, wave in enumerate(stage.waves[:j], 1):
+            for region in wave:
+                earlier = f"{stage.name}-{region}"
+                rel, _ = _stack_release(root / f"Pulumi.{earlier}.yaml")
+                if rel is None or release_hash(rel) != release:
+                    refusals.append(
+                        Refusal(
+                            "earlier_waves",
+                            f"{stage.name} wave {w} ({earlier}) does not run release {release} yet: promote it"
+                            f" first (gpufleet promote {earlier})",
+                        )
+                    )
+    verified = last_verification(entries, source, release)
+    if "verified" in gates and (verified is None or verified.result != "ok"):
+        state = "no verification" if verified is None else f"its last verification failed ({iso(verified.time)})"
+        refusals.append(
+            Refusal(
+                "verified",
+                f"{source} has {state} of release {release}: deploy it there (pulumi up), run the verify playbook,"
+                f" then record the outcome: gpufleet promote record {source} --result ok",
+            )
+        )
+    src_stage = policy.stage(source.split("-", 1)[0])
+    if "soaked" in gates and src_stage is not None and verified is not None and verified.result == "ok":
+        soak = parse_duration(src_stage.soak)
+        ran = now - verified.time
+        if ran < soak:
+            refusals.append(
+                Refusal(
+                    "soaked",
+                    f"release {release} has soaked {_human(ran)} in {source} since its verification; stage"
+                    f" {src_stage.name} needs {src_stage.soak}: wait until {iso(verified.time + soak)}",
+                )
+            )
+    return Decision(source, target, release, previous, pins, refusals, new_text)
+
+
+def write_target(path: Path, text: str) -> None:
+    """Replace the file atomically (a reader sees the old or the new file, never half of one)."""
+    tmp = path.with_name(f".{path.name}.gpufleet-tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# -- status ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StackStatus:
+    stack: str
+    stage: str
+    region: str
+    wave: int
+    release: str | None  # None: invalid stack
+    verified: Verification | None
+    soaked: str | None  # how long since the successful verification
+    soak_needed: str
+    next_from: str | None  # the default source
+    next_state: str  # "up to date", "ready", "blocked: ...", "first stage", "invalid"
+
+
+def status(root: Path, policy: Policy, entries: Sequence[dict[str, Any]], now: dt.datetime) -> list[StackStatus]:
+    out = []
+    for stage in policy.stages:
+        for w, wave in enumerate(stage.waves, 1):
+            for region in wave:
+                name = f"{stage.name}-{region}"
+                rel, _ = _stack_release(root / f"Pulumi.{name}.yaml")
+                release = release_hash(rel) if rel is not None else None
+                verified = last_verification(entries, name, release) if release else None
+                soaked = _human(now - verified.time) if verified and verified.result == "ok" else None
+                source = default_source(policy, name)
+                if release is None:
+                    state = "invalid"
+                elif source is None:
+                    state = "first stage: edit its release block"
+                else:
+                    d = decide(root, policy, entries, source, name, now)
+                    if d.changes and not d.refusals:
+                        state = f"ready: {d.previous} -> {d.release}"
+                    elif d.changes:
+                        state = f"blocked ({', '.join(dict.fromkeys(r.gate for r in d.refusals))})"
+                    else:
+                        state = "up to date"
+                out.append(
+                    StackStatus(name, stage.name, region, w, release, verified, soaked, stage.soak, source, state)
+                )
+    return out
