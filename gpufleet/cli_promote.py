@@ -153,7 +153,7 @@ def promote_to(
         raise _usage_error(f"no stack file Pulumi.{source}.yaml in {project}")
     ledger, entries = _ledger(project)
     decision = decide(project, policy, entries, source, target, now_utc())
-    blocking = decision.blocking(force)
+    blocking = [] if decision.pins and not decision.changes else decision.blocking(force)  # nothing to move
     forced = [r for r in decision.refusals if r not in blocking]
     written = False
     applied: bool | None = None

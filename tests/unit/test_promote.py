@@ -312,3 +312,18 @@ def test_two_writers_appending_at_once_lose_no_line(tmp_path: Path):
     assert len(entries) == 800
     for name in ("a", "b"):
         assert [e["release"] for e in entries if e["stack"] == name] == [str(i) for i in range(400)]
+
+
+def test_a_result_that_would_be_invalid_is_refused_even_when_forced(repo: Path):
+    """The block moves as text: an alias to an anchor elsewhere in the source file would dangle in the target."""
+    dev = repo / "Pulumi.dev-westeurope.yaml"
+    text = dev.read_text().replace("config:\n", 'config:\n  team:kubernetes: &k8s "1.33"\n', 1)
+    text = text.replace('    kubernetes: "1.33"\n', "    kubernetes: *k8s\n    # uses team:kubernetes\n", 1)
+    dev.write_text(text.replace(*NEW_PINS))
+    commit(repo, "dev: kubernetes from an anchor")
+    assert run(repo, "validate", "dev-westeurope").returncode == 0
+    proc = run(repo, "promote", "staging-westeurope", "--force", "--reason", "try anyway")
+    assert proc.returncode == 1
+    assert "refused (invalid): staging-westeurope with dev-westeurope's release would be invalid:" in proc.stdout
+    assert "k8s" in proc.stdout
+    assert "kubernetes: *k8s" not in (repo / "Pulumi.staging-westeurope.yaml").read_text()
