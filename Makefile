@@ -36,9 +36,11 @@ lint: setup
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint -q
 
-# Fast tests first, then the lab (real VMs: the image is built once and cached in ~/.cache/gpufleet/lab).
+# Fast tests first (on every core), then the lab (real VMs: the image is built once and cached in
+# ~/.cache/gpufleet/lab; its tests share hosts in order, so they run in one process).
 test: setup lint
-	$(BIN)/python -m pytest -m "not slow" tests/unit tests/infra tests/ansible tests/lab
+	$(BIN)/python -m pytest -n auto -m "not slow" tests/unit tests/infra tests/ansible
+	$(BIN)/python -m pytest -m "not slow" tests/lab
 
 # pytest exits 5 when no test is selected; say so rather than fail. -s prints each scenario's wall time.
 test-slow: setup
