@@ -35,8 +35,6 @@ MIG_CONFIGMAP = "gpufleet-mig-parted-config"
 DEVICE_PLUGIN_CONFIGMAP = "gpufleet-device-plugin-config"
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"  # used on nodes without the nvidia.com/device-plugin.config label
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-# AKS puts this taint on every spot pool's nodes itself: the GPU daemonsets must tolerate it to run there.
-AKS_SPOT_TAINT = "kubernetes.azure.com/scalesetpriority=spot:NoSchedule"
 
 
 @dataclass(frozen=True)
@@ -191,7 +189,7 @@ def for_aks(plan: StackPlan, *, monitoring: bool = False) -> GpuSoftware:
         for p in plan.pools
         if p.sharing["mode"] != "none"
     )
-    taints = tuple(dict.fromkeys(t for p in plan.pools for t in (*p.taints, *([AKS_SPOT_TAINT] if p.spot else []))))
+    taints = tuple(dict.fromkeys(t for p in plan.pools for t in p.taints))  # spot pools' AKS taint included
     return GpuSoftware(
         driver_preinstalled=not operator_driver,
         toolkit_preinstalled=not operator_driver,

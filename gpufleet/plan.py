@@ -26,6 +26,10 @@ DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 # The GPU Operator skips its driver daemonset on nodes labelled so (used for AKS-driver pools in a cluster
 # where other pools have `driver: operator`).
 DEPLOY_DRIVER_LABEL = "nvidia.com/gpu.deploy.driver"
+# AKS puts this label and taint on every spot pool's nodes itself; a pool that does not list them too shows a diff
+# after every refresh (the azurerm provider documents the same), and the GPU daemonsets must tolerate the taint.
+AKS_SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"
+AKS_SPOT_TAINT = f"{AKS_SPOT_LABEL}=spot:NoSchedule"
 
 
 def _number(value: Fraction) -> int | float:
@@ -99,6 +103,8 @@ def pool_labels(pool: GpuPool, gpu: Gpu, cluster_has_operator_driver: bool) -> d
         labels[DEVICE_PLUGIN_CONFIG_LABEL] = f"{pool.name}-{pool.sharing.mode}"
     if cluster_has_operator_driver and pool.driver == "aks":
         labels[DEPLOY_DRIVER_LABEL] = "false"
+    if pool.spot is not None:
+        labels[AKS_SPOT_LABEL] = "spot"
     return labels
 
 
@@ -140,7 +146,7 @@ def _pool_plan(pool: GpuPool, size: VmSize, gpu: Gpu, operator_driver_in_cluster
         os_sku=pool.os_sku,
         driver=pool.driver,
         aks_gpu_driver=pool.aks_gpu_driver,
-        taints=list(pool.taints),
+        taints=[*pool.taints, *([AKS_SPOT_TAINT] if pool.spot else [])],
         labels=pool_labels(pool, gpu, operator_driver_in_cluster),
         mig=mig,
         sharing=sharing,

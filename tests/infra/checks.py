@@ -15,7 +15,14 @@ from pulumi_azure_native import containerservice as cs
 
 from gpufleet.catalog import Catalog
 from gpufleet.gpu_software import chart_version
-from gpufleet.plan import DEPLOY_DRIVER_LABEL, DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, POOL_LABEL
+from gpufleet.plan import (
+    AKS_SPOT_LABEL,
+    AKS_SPOT_TAINT,
+    DEPLOY_DRIVER_LABEL,
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    MIG_CONFIG_LABEL,
+    POOL_LABEL,
+)
 from gpufleet.spec.models import AksManagedMig, OperatorManagedMig, Stack
 from tests.charts import KEYS_BY_CHART, chart_keys, unknown_keys
 from tests.infra.harness import Registered
@@ -158,6 +165,13 @@ def spot_problems(resources: list[Registered]) -> list[str]:
                 out.append(f"AgentPool {pool.name}: spot pool with upgradeSettings.maxSurge")
             if i.get("scaleSetEvictionPolicy") is None or i.get("spotMaxPrice") is None:
                 out.append(f"AgentPool {pool.name}: spot pool without eviction policy or max price")
+            if (
+                AKS_SPOT_TAINT not in (i.get("nodeTaints") or [])
+                or (i.get("nodeLabels") or {}).get(AKS_SPOT_LABEL) != "spot"
+            ):
+                out.append(
+                    f"AgentPool {pool.name}: spot pool without AKS's own spot taint and label (a diff on every refresh)"
+                )
         elif i.get("scaleSetEvictionPolicy") is not None or i.get("spotMaxPrice") is not None:
             out.append(f"AgentPool {pool.name}: spot settings on a regular pool")
     return out
@@ -178,8 +192,9 @@ def taint_label_problems(resources: list[Registered], stack: Stack) -> list[str]
             out.append(f"pool {spec.name}: no AgentPool")
             continue
         taints, labels = pool.inputs.get("nodeTaints") or [], pool.inputs.get("nodeLabels") or {}
-        if taints != list(spec.taints):
-            out.append(f"pool {spec.name}: taints {taints}, the stack says {list(spec.taints)}")
+        expected = [*spec.taints, *([AKS_SPOT_TAINT] if spec.spot else [])]
+        if taints != expected:
+            out.append(f"pool {spec.name}: taints {taints}, the stack says {expected}")
         wanted = {**spec.labels, POOL_LABEL: spec.name}
         if isinstance(spec.mig, OperatorManagedMig):
             wanted[MIG_CONFIG_LABEL] = spec.mig.config_name
@@ -197,7 +212,7 @@ def taint_label_problems(resources: list[Registered], stack: Stack) -> list[str]
 def driver_problems(resources: list[Registered]) -> list[str]:
     """Who installs the driver agrees between the pools and the Helm values: the operator's driver (and toolkit)
     daemonsets are on exactly when a pool's AKS driver is None, and skip the pools where AKS installs it."""
-    pools = of_type(resources, AGENT_POOL)
+    pools = sorted(of_type(resources, AGENT_POOL), key=lambda p: p.name)  # registration order is not fixed
     release = the(resources, RELEASE)
     values = release.inputs.get("values", {})
     operator_driver = [p for p in pools if _get(p.inputs, "gpuProfile.driver") == "None"]

@@ -29,42 +29,49 @@ def stack():
     return load_stack(REPO / "Pulumi.prod-eastus.yaml").stack
 
 
-def broken(resources: list[Registered], typ: str, index: int, edit: Callable[[dict[str, Any]], None]):
+def broken(resources: list[Registered], typ: str, which: str | int, edit: Callable[[dict[str, Any]], None]):
+    """A copy of ``resources`` with one resource's inputs edited: an AgentPool by its pool's name (registration
+    order is not fixed), anything else by its index."""
     out = copy.deepcopy(resources)
-    edit(checks.of_type(out, typ)[index].inputs)
+    found = checks.of_type(out, typ)
+    if isinstance(which, str):
+        (target,) = [r for r in found if r.inputs.get("tags", {}).get("gpufleet-pool") == which]
+    else:
+        target = found[which]
+    edit(target.inputs)
     return out
 
 
 def test_enum_check(eastus):
     assert checks.enum_problems(eastus) == []
-    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(gpuInstanceProfile="MIG8g"))
+    bad = broken(eastus, checks.AGENT_POOL, "nvlmig", lambda i: i.update(gpuInstanceProfile="MIG8g"))
     assert checks.enum_problems(bad) == [
         "AgentPool nvlmigc749: gpuInstanceProfile 'MIG8g' is not one of ['MIG1g', 'MIG2g', 'MIG3g', 'MIG4g', 'MIG7g']"
     ]
-    bad = broken(eastus, checks.AGENT_POOL, 1, lambda i: i["gpuProfile"].update(driver="Skip"))
+    bad = broken(eastus, checks.AGENT_POOL, "t4spot", lambda i: i["gpuProfile"].update(driver="Skip"))
     assert checks.enum_problems(bad) != []
     bad = broken(eastus, checks.CLUSTER, 0, lambda i: i["autoUpgradeProfile"].update(nodeOSUpgradeChannel="Daily"))
     assert "nodeOSUpgradeChannel 'Daily'" in checks.enum_problems(bad)[0]
 
 
 def test_pool_name_check(eastus):
-    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(agentPoolName="nvl-mig-pool-1"))
+    bad = broken(eastus, checks.AGENT_POOL, "nvlmig", lambda i: i.update(agentPoolName="nvl-mig-pool-1"))
     assert checks.pool_name_problems(bad) == ["pool name 'nvl-mig-pool-1' is not an AKS Linux pool name"]
-    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(agentPoolName="system"))
+    bad = broken(eastus, checks.AGENT_POOL, "nvlmig", lambda i: i.update(agentPoolName="system"))
     assert checks.pool_name_problems(bad) == ["pool name 'system' is used twice"]
 
 
 def test_count_check(eastus):
-    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.pop("count"))
+    bad = broken(eastus, checks.AGENT_POOL, "nvlmig", lambda i: i.pop("count"))
     assert checks.count_problems(bad) == ["AgentPool nvlmigc749: no count"]
-    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(count=9))
+    bad = broken(eastus, checks.AGENT_POOL, "nvlmig", lambda i: i.update(count=9))
     assert checks.count_problems(bad) == ["AgentPool nvlmigc749: count 9 outside [2.0, 8.0]"]
-    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(enableAutoScaling=False))
+    bad = broken(eastus, checks.AGENT_POOL, "nvlmig", lambda i: i.update(enableAutoScaling=False))
     assert checks.count_problems(bad) == ["AgentPool nvlmigc749: minCount/maxCount without autoscaling"]
 
 
 def test_inline_pool_check(eastus):
-    gpu_pool = checks.of_type(eastus, checks.AGENT_POOL)[0].inputs
+    gpu_pool = checks.of_type(eastus, checks.AGENT_POOL)[0].inputs  # either GPU pool will do
 
     def inline(inputs: dict[str, Any]) -> None:
         inputs["agentPoolProfiles"].append({"name": "gpu", "mode": "User", "vmSize": gpu_pool["vmSize"]})
@@ -74,18 +81,22 @@ def test_inline_pool_check(eastus):
 
 
 def test_spot_check(eastus):
-    bad = broken(eastus, checks.AGENT_POOL, 1, lambda i: i["upgradeSettings"].update(maxSurge="1"))
+    bad = broken(eastus, checks.AGENT_POOL, "t4spot", lambda i: i["upgradeSettings"].update(maxSurge="1"))
     assert checks.spot_problems(bad) == ["AgentPool t4spot028f: spot pool with upgradeSettings.maxSurge"]
-    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(spotMaxPrice=0.5))
+    bad = broken(eastus, checks.AGENT_POOL, "t4spot", lambda i: i.update(nodeTaints=["sku=gpu:NoSchedule"]))
+    assert checks.spot_problems(bad) == [
+        "AgentPool t4spot028f: spot pool without AKS's own spot taint and label (a diff on every refresh)"
+    ]
+    bad = broken(eastus, checks.AGENT_POOL, "nvlmig", lambda i: i.update(spotMaxPrice=0.5))
     assert checks.spot_problems(bad) == ["AgentPool nvlmigc749: spot settings on a regular pool"]
 
 
 def test_taint_and_label_check(eastus, stack):
-    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(nodeTaints=[]))
+    bad = broken(eastus, checks.AGENT_POOL, "nvlmig", lambda i: i.update(nodeTaints=[]))
     assert checks.taint_label_problems(bad, stack) == ["pool nvlmig: taints [], the stack says ['sku=gpu:NoSchedule']"]
-    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i["nodeLabels"].pop("nvidia.com/mig.config"))
+    bad = broken(eastus, checks.AGENT_POOL, "nvlmig", lambda i: i["nodeLabels"].pop("nvidia.com/mig.config"))
     assert "lack {'nvidia.com/mig.config': 'nvl-balanced'}" in checks.taint_label_problems(bad, stack)[0]
-    bad = broken(eastus, checks.AGENT_POOL, 0, lambda i: i.update(gpuInstanceProfile="MIG1g"))
+    bad = broken(eastus, checks.AGENT_POOL, "nvlmig", lambda i: i.update(gpuInstanceProfile="MIG1g"))
     assert checks.taint_label_problems(bad, stack) == ["pool nvlmig: gpuInstanceProfile MIG1g, want None"]
 
 
@@ -97,7 +108,7 @@ def test_driver_ownership_check(eastus):
         "driver.enabled is False; pools without an AKS driver: ['nvlmigc749', 't4spot028f']"
     ]
     # one pool keeps the AKS driver: the operator must skip it (nvidia.com/gpu.deploy.driver=false)
-    bad = broken(eastus, checks.AGENT_POOL, 1, lambda i: i["gpuProfile"].update(driver="Install"))
+    bad = broken(eastus, checks.AGENT_POOL, "t4spot", lambda i: i["gpuProfile"].update(driver="Install"))
     assert checks.driver_problems(bad) == [
         "AgentPool t4spot028f: AKS driver True, nvidia.com/gpu.deploy.driver=false False"
     ]
@@ -127,7 +138,8 @@ def test_release_check(eastus, stack):
 
 def test_a_deliberately_broken_fixture_fails_the_checks():
     """tests/fixtures/infra/broken-aks-resources.json: what a careless program could register (a GPU pool inline,
-    an invalid pool name, an OS SKU AKS does not have, a spot pool with surge nodes, min/max without autoscaling)."""
+    an invalid pool name, an OS SKU AKS does not have, a spot pool with surge nodes and without AKS's spot taint,
+    min/max without autoscaling)."""
     resources = [Registered(**r) for r in json.loads(BROKEN_FIXTURE.read_text())["resources"]]
     problems = (
         checks.enum_problems(resources)
@@ -144,4 +156,5 @@ def test_a_deliberately_broken_fixture_fails_the_checks():
         "ManagedCluster broken: inline pools ['system', 'h100'], want only one System pool",
         "ManagedCluster broken: GPU pool h100 (Standard_ND96isr_H100_v5) is inline",
         "AgentPool gpu_spot: spot pool with upgradeSettings.maxSurge",
+        "AgentPool gpu_spot: spot pool without AKS's own spot taint and label (a diff on every refresh)",
     ]
