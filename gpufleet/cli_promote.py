@@ -132,7 +132,7 @@ def promote_to(
 
     Exit 0 when promoted (or nothing to do, or a dry run that would pass), 1 when refused, 2 on usage errors.
     """
-    from gpufleet.promote import LEDGER_FILE, decide, default_source, now_utc, write_target
+    from gpufleet.promote import decide, default_source, now_utc, write_target
 
     if force and not (reason and reason.strip()):
         raise _usage_error("--force needs --reason TEXT: the ledger records why the gates were forced")
@@ -176,11 +176,7 @@ def promote_to(
         if apply:
             applied = _apply(project, target)
             if applied is not None:
-                from gpufleet.promote import Ledger
-
-                Ledger(project / LEDGER_FILE).append(
-                    _entry("deploy", target, decision.release, "ok" if applied else "failed", project)
-                )
+                ledger.append(_entry("deploy", target, decision.release, "ok" if applied else "failed", project))
     if as_json:
         _emit_json(
             {
