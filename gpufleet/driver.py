@@ -2,7 +2,8 @@
 
 Pure: the ``nvidia_driver`` role resolves its platform through this (filter ``gpufleet_nvidia_driver_plan``) and
 refuses, before touching the host, what cannot work: a source the platform does not have, open kernel modules on
-GPUs older than Turing, Fabric Manager from a source that does not ship it, a branch a source does not carry.
+GPUs older than Turing, proprietary ones on Grace Hopper and Blackwell, Fabric Manager from a source that does not
+ship it, a branch a source does not carry.
 
 Sources:
 - ``ubuntu``: Canonical's NVIDIA server drivers (``nvidia-driver-<branch>-server-open``); with Secure Boot on, the
@@ -93,12 +94,26 @@ class DriverPlan:
         return asdict(self)
 
 
-def _check_modules(open_modules: bool, gpus_without_open_modules: Iterable[str]) -> None:
+def _check_modules(
+    open_modules: bool, gpus_without_open_modules: Iterable[str], gpus_without_proprietary_modules: Iterable[str]
+) -> None:
     old = sorted(set(gpus_without_open_modules))
+    new = sorted(set(gpus_without_proprietary_modules))
+    if old and new:
+        raise DriverPlanError(
+            f"no kernel modules support both {', '.join(old)} (older than Turing: proprietary modules only) and "
+            f"{', '.join(new)} (Grace Hopper / Blackwell: open modules only), per gpufleet's catalog: "
+            "put these GPUs in different hosts"
+        )
     if open_modules and old:
         raise DriverPlanError(
             f"open kernel modules do not support {', '.join(old)} (older than Turing, per gpufleet's catalog): "
             "set nvidia_driver_kernel_modules: proprietary for this host"
+        )
+    if not open_modules and new:
+        raise DriverPlanError(
+            f"proprietary kernel modules do not support {', '.join(new)} (NVIDIA supports only the open modules on "
+            "Grace Hopper and Blackwell, per gpufleet's catalog): set nvidia_driver_kernel_modules: open"
         )
 
 
@@ -110,6 +125,7 @@ def plan_driver(
     source: str = "auto",
     secure_boot: bool = False,
     gpus_without_open_modules: Iterable[str] = (),
+    gpus_without_proprietary_modules: Iterable[str] = (),
     nvswitches: int = 0,
     cuda_repo_base: str = "https://developer.download.nvidia.com/compute/cuda/repos",
     debian_mirror: str = "http://deb.debian.org/debian",
@@ -121,7 +137,7 @@ def plan_driver(
     if kernel_modules not in ("open", "proprietary"):
         raise DriverPlanError(f"nvidia_driver_kernel_modules {kernel_modules!r}: use 'open' or 'proprietary'")
     open_modules = kernel_modules == "open"
-    _check_modules(open_modules, gpus_without_open_modules)
+    _check_modules(open_modules, gpus_without_open_modules, gpus_without_proprietary_modules)
     family = platform.family
     if source == "auto":
         source = "ubuntu" if family == "Ubuntu" else "cuda"

@@ -35,6 +35,9 @@ class Architecture(_Frozen):
     vendor: Vendor
     rank: int = Field(description="age order within the vendor, 0 = oldest")
     open_kernel_modules: bool = Field(description="NVIDIA's open GPU kernel modules support it")
+    proprietary_kernel_modules: bool = Field(
+        default=True, description="NVIDIA's proprietary kernel modules support it (Blackwell and later: no)"
+    )
 
 
 class NvSwitch(_Frozen):
@@ -90,6 +93,9 @@ class Gpu(_Frozen):
     form_factor: str | None = None
     nvswitch_platforms: tuple[str, ...] = ()
     mig: MigGeometry | None = None
+    proprietary_kernel_modules: bool | None = Field(
+        default=None, description="overrides the architecture's (Grace Hopper: open modules only)"
+    )
 
     @field_validator("pci_ids")
     @classmethod
@@ -221,6 +227,15 @@ class Catalog(_Frozen):
 
     def architecture(self, gpu: Gpu) -> Architecture:
         return self._arch_index[gpu.architecture]
+
+    def kernel_modules(self, gpu: Gpu) -> tuple[bool, bool]:
+        """Whether NVIDIA's (open, proprietary) kernel modules support ``gpu``: its architecture's, unless the
+        model says otherwise (Grace Hopper supports only the open ones)."""
+        arch = self.architecture(gpu)
+        proprietary = gpu.proprietary_kernel_modules
+        if proprietary is None:
+            proprietary = arch.proprietary_kernel_modules
+        return arch.open_kernel_modules, proprietary
 
     def no_mig_reason(self, gpu: Gpu) -> str:
         """Why ``gpu`` cannot be partitioned, naming the models that can."""

@@ -213,6 +213,17 @@ def test_every_gpu_has_an_architecture_a_pci_id_and_memory(catalog: Catalog):
     assert catalog.architecture(catalog.gpu("T4")).open_kernel_modules
 
 
+def test_kernel_module_flavours_per_gpu_follow_nvidia(catalog: Catalog):
+    """Open modules from Turing on; proprietary ones up to Hopper, except on Grace Hopper ([open-only])."""
+    assert catalog.kernel_modules(catalog.gpu("V100-SXM2-32GB")) == (False, True)
+    assert catalog.kernel_modules(catalog.gpu("H100-SXM5-80GB")) == (True, True)
+    assert catalog.kernel_modules(catalog.gpu("GH200-96GB")) == (True, False)
+    assert catalog.kernel_modules(catalog.gpu("B200-180GB")) == (True, False)
+    for gpu in catalog.gpus:
+        if gpu.vendor == "nvidia":
+            assert any(catalog.kernel_modules(gpu)), f"{gpu.name}: no kernel modules support it"
+
+
 def test_mig_parted_reference_config_uses_only_catalog_profiles(catalog: Catalog):
     """NVIDIA's own mig-parted default config: every layout filtered to a catalog GPU uses profiles that the
     catalog has for that GPU, within its max counts."""

@@ -113,7 +113,30 @@ def test_open_modules_are_refused_on_gpus_older_than_turing_and_proprietary_ones
     ).packages[0] == ("nvidia-driver-580-server")
 
 
-def test_the_filter_finds_pre_turing_gpus_from_the_catalog():
+def test_proprietary_modules_are_refused_on_grace_hopper_and_blackwell_and_open_ones_are_not():
+    with pytest.raises(DriverPlanError, match="proprietary kernel modules do not support B200-180GB, GH200-96GB"):
+        plan_driver(
+            UBUNTU_2404,
+            branch="580",
+            kernel_modules="proprietary",
+            gpus_without_proprietary_modules=["GH200-96GB", "B200-180GB", "B200-180GB"],
+        )
+    assert plan_driver(UBUNTU_2404, branch="580", gpus_without_proprietary_modules=["B200-180GB"]).open_modules
+
+
+@pytest.mark.parametrize("kernel_modules", ["open", "proprietary"])
+def test_a_host_mixing_volta_and_blackwell_has_no_driver_flavour(kernel_modules):
+    with pytest.raises(DriverPlanError, match=r"no kernel modules support both V100-SXM2-16GB .* and B200-180GB"):
+        plan_driver(
+            UBUNTU_2404,
+            branch="580",
+            kernel_modules=kernel_modules,
+            gpus_without_open_modules=["V100-SXM2-16GB"],
+            gpus_without_proprietary_modules=["B200-180GB"],
+        )
+
+
+def test_the_filter_finds_gpus_each_module_flavour_does_not_support_from_the_catalog():
     import importlib.util
 
     from ansible.errors import AnsibleFilterError
@@ -125,8 +148,13 @@ def test_the_filter_finds_pre_turing_gpus_from_the_catalog():
     spec.loader.exec_module(module)
     filters = module.FilterModule().filters()
     gpus = [{"model": "V100-SXM2-16GB"}, {"model": "H100-SXM5-80GB"}, {"model": None}, {"model": "V100-SXM2-16GB"}]
-    assert filters["gpufleet_open_modules_unsupported"](gpus) == ["V100-SXM2-16GB"]
-    assert filters["gpufleet_open_modules_unsupported"](gpus[1:3]) == []
+    unsupported = filters["gpufleet_kernel_modules_unsupported"]
+    assert unsupported(gpus) == {"open": ["V100-SXM2-16GB"], "proprietary": []}
+    assert unsupported(gpus[1:3]) == {"open": [], "proprietary": []}
+    assert unsupported([{"model": "B200-180GB"}, {"model": "GH200-96GB"}]) == {
+        "open": [],
+        "proprietary": ["B200-180GB", "GH200-96GB"],
+    }
     facts = {
         "distribution": "Ubuntu",
         "os_family": "Debian",
@@ -138,3 +166,7 @@ def test_the_filter_finds_pre_turing_gpus_from_the_catalog():
     assert plan["packages"][0] == "nvidia-driver-580-server-open"
     with pytest.raises(AnsibleFilterError, match="nvidia_driver: open kernel modules do not support V100"):
         filters["gpufleet_nvidia_driver_plan"](facts, {"branch": "580", "gpus": gpus})
+    with pytest.raises(AnsibleFilterError, match="nvidia_driver: proprietary kernel modules do not support B200"):
+        filters["gpufleet_nvidia_driver_plan"](
+            facts, {"branch": "580", "kernel_modules": "proprietary", "gpus": [{"model": "B200-180GB"}]}
+        )

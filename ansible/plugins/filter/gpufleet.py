@@ -21,19 +21,23 @@ def gpufleet_gpu_catalog(_: Any = None) -> dict[str, dict[str, Any]]:
     return {pid: {"model": g.name, "mig": g.mig_capable} for g in load_catalog().gpus for pid in g.pci_ids}
 
 
-def gpufleet_open_modules_unsupported(gpus: list[dict[str, Any]]) -> list[str]:
-    """The models among ``gpu_topology`` GPUs (NVIDIA ones) whose architecture NVIDIA's open kernel modules do not
-    support (older than Turing, from the catalog); sorted, each once."""
+def gpufleet_kernel_modules_unsupported(gpus: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The models among ``gpu_topology`` GPUs (NVIDIA ones) that NVIDIA's kernel modules do not support, per
+    flavour, from the catalog: ``open`` (older than Turing) and ``proprietary`` (Grace Hopper, Blackwell); each
+    list sorted, each model once."""
     from gpufleet.catalog import load_catalog
 
     catalog = load_catalog()
     by_name = {g.name: g for g in catalog.gpus}
-    unsupported = set()
+    unsupported: dict[str, set[str]] = {"open": set(), "proprietary": set()}
     for gpu in _plain(gpus) or []:
         model = by_name.get(gpu.get("model") or "")
-        if model is not None and model.vendor == "nvidia" and not catalog.architecture(model).open_kernel_modules:
-            unsupported.add(model.name)
-    return sorted(unsupported)
+        if model is None or model.vendor != "nvidia":
+            continue
+        for flavour, supported in zip(("open", "proprietary"), catalog.kernel_modules(model), strict=True):
+            if not supported:
+                unsupported[flavour].add(model.name)
+    return {flavour: sorted(models) for flavour, models in unsupported.items()}
 
 
 def gpufleet_nvidia_driver_plan(facts: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
@@ -50,12 +54,14 @@ def gpufleet_nvidia_driver_plan(facts: dict[str, Any], options: dict[str, Any]) 
         kernel=facts.get("kernel", ""),
     )
     names = ("kernel_modules", "source", "cuda_repo_base", "debian_mirror", "debian_security_mirror")
+    unsupported = gpufleet_kernel_modules_unsupported(options.get("gpus") or [])
     try:
         return plan_driver(
             platform,
             branch=str(options["branch"]),
             secure_boot=bool(options.get("secure_boot", False)),
-            gpus_without_open_modules=gpufleet_open_modules_unsupported(options.get("gpus") or []),
+            gpus_without_open_modules=unsupported["open"],
+            gpus_without_proprietary_modules=unsupported["proprietary"],
             nvswitches=len(options.get("nvswitches") or []),
             **{name: options[name] for name in names if options.get(name)},
         ).to_dict()
@@ -141,7 +147,7 @@ class FilterModule:
         return {
             "gpufleet_gpu_catalog": gpufleet_gpu_catalog,
             "gpufleet_topology_plan": gpufleet_topology_plan,
-            "gpufleet_open_modules_unsupported": gpufleet_open_modules_unsupported,
+            "gpufleet_kernel_modules_unsupported": gpufleet_kernel_modules_unsupported,
             "gpufleet_nvidia_driver_plan": gpufleet_nvidia_driver_plan,
             "gpufleet_host_profile": gpufleet_host_profile,
             "gpufleet_grubby_commands": gpufleet_grubby_commands,
