@@ -89,6 +89,10 @@ class DriverPlan:
     hold_patterns: list[str] = field(default_factory=list)  # apt: dpkg name globs to hold; dnf: versionlock specs
     initramfs_command: list[str] = field(default_factory=list)
     dkms: bool = True
+    # The kernel module's file name, for modinfo: Debian's packages rename nvidia.ko to nvidia-current-open.ko
+    # (nvidia-current.ko for the proprietary one) and load it through `install nvidia ...` lines of modprobe.d, so
+    # `modinfo nvidia` finds nothing there; the loaded module is still called nvidia (/sys/module/nvidia)
+    kernel_module: str = "nvidia"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -199,7 +203,7 @@ def plan_driver(
             raise DriverPlanError(
                 "this host has NVSwitches but Debian's packages carry no Fabric Manager: use nvidia_driver_source: cuda"
             )
-        kernel_module = "nvidia-open-kernel-dkms" if open_modules else "nvidia-kernel-dkms"
+        dkms_package = "nvidia-open-kernel-dkms" if open_modules else "nvidia-kernel-dkms"
         suites = [platform.codename, f"{platform.codename}-updates"]
         components = ["contrib", "non-free", "non-free-firmware"]
         return DriverPlan(
@@ -217,7 +221,7 @@ def plan_driver(
                 "signed_by": "/usr/share/keyrings/debian-archive-keyring.gpg",
             },
             packages=[
-                kernel_module,
+                dkms_package,
                 "nvidia-driver",
                 "firmware-nvidia-gsp",
                 "nvidia-persistenced",
@@ -226,7 +230,8 @@ def plan_driver(
             ],
             # Debian's security suite updates nvidia-graphics-drivers without the open modules' own source package:
             # the kernel module decides the version and everything else is pinned to it
-            version_package=kernel_module,
+            version_package=dkms_package,
+            kernel_module="nvidia-current-open" if open_modules else "nvidia-current",
             pin_sources=["nvidia-graphics-drivers"] + (["nvidia-open-gpu-kernel-modules"] if open_modules else []),
             hold_patterns=["*nvidia*", "firmware-nvidia-gsp"],
         )
