@@ -60,6 +60,7 @@ def nvidia_tools(
     *,
     version: str = OPEN_580,
     license: str = "Dual MIT/GPL",
+    module: str = "nvidia",
     persistence: str = "0, Enabled\n1, Enabled\n",
     dcgm: str = DCGM_PASS,
     dcgm_rc: int = 0,
@@ -67,11 +68,18 @@ def nvidia_tools(
     """Stand-ins for the NVIDIA tools on PATH (tmp_path/bin) and the driver's version file; the vars that use them."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    outputs = {"modinfo": (license, 0), "nvidia-smi": (persistence, 0), "dcgmi": (dcgm, dcgm_rc)}
+    outputs = {"nvidia-smi": (persistence, 0), "dcgmi": (dcgm, dcgm_rc)}
     for tool, (text, rc) in outputs.items():
         (tmp_path / f"{tool}.out").write_text(text)
         (bin_dir / tool).write_text(f"#!/bin/sh\ncat '{tmp_path / f'{tool}.out'}'\nexit {rc}\n")
         (bin_dir / tool).chmod(0o755)
+    # modinfo knows one module, by its file's name, and answers for any other as kmod's modinfo does
+    (bin_dir / "modinfo").write_text(
+        "#!/bin/sh\n"
+        f'for last; do :; done; if [ "$last" = "{module}" ]; then echo "{license}"; exit 0; fi\n'
+        'echo "modinfo: ERROR: Module $last not found." >&2; exit 1\n'
+    )
+    (bin_dir / "modinfo").chmod(0o755)
     (tmp_path / "version").write_text(version)
     return {"nvidia_driver_branch": "580", "gpufleet_verify_driver_version_file": str(tmp_path / "version")}
 
@@ -123,6 +131,24 @@ def test_host_in_its_planned_state_passes_every_check(tmp_path: Path):
     assert "failures:" not in lines
     assert "  sriov on localhost: the plan has no SR-IOV device" in lines
     assert "  mig on localhost: no MIG layout for its host groups" in lines
+
+
+@pytest.mark.parametrize(
+    ("module", "driver"), [("nvidia-current-open", "ok"), ("nvidia-current", "FAIL"), ("", "FAIL")]
+)
+def test_debians_renamed_modules_are_read_and_a_missing_module_fails(tmp_path: Path, module: str, driver: str):
+    """Debian's packages install nvidia-current-open.ko (open) or nvidia-current.ko (proprietary, licensed NVIDIA
+    here); with no module at all, modinfo's own error is the reason."""
+    tools = nvidia_tools(tmp_path, module=module, license="NVIDIA" if module == "nvidia-current" else "Dual MIT/GPL")
+    proc = run_verify(tmp_path, met_plan(tmp_path) | tools, nvidia=True)
+    assert proc.returncode == (0 if driver == "ok" else 2), proc.stdout[-4000:]
+    lines = table(proc.stdout)
+    assert row(lines, "localhost")["driver"] == driver
+    failures = "\n".join(lines[lines.index("failures:") + 1 :]) if driver == "FAIL" else ""
+    if module == "nvidia-current":
+        assert "the installed nvidia module is licensed 'NVIDIA' (proprietary)" in failures
+    if module == "":
+        assert "modinfo nvidia: modinfo: ERROR: Module nvidia not found." in failures
 
 
 def test_a_changed_hugepage_count_fails_the_run_with_the_table(tmp_path: Path):

@@ -84,6 +84,10 @@ def test_debian_own_packages_add_the_non_free_components_and_install_the_open_dk
     proprietary = plan_driver(DEBIAN_12, branch="535", source="debian", kernel_modules="proprietary")
     assert proprietary.packages[0] == "nvidia-kernel-dkms" == proprietary.version_package
     assert proprietary.pin_sources == ["nvidia-graphics-drivers"]
+    # Debian's dkms.conf installs the modules as $PACKAGE_NAME (nvidia-current-open / nvidia-current), not nvidia
+    assert (plan.kernel_module, proprietary.kernel_module) == ("nvidia-current-open", "nvidia-current")
+    assert plan_driver(UBUNTU_2404, branch="580").kernel_module == "nvidia"
+    assert plan_driver(DEBIAN_12, branch="580").kernel_module == "nvidia"  # NVIDIA's CUDA repository keeps the name
 
 
 @pytest.mark.parametrize(
