@@ -37,10 +37,11 @@ lint: setup
 	$(BIN)/ansible-lint -q
 
 # Fast tests first (on every core), then the lab (real VMs: the image is built once and cached in
-# ~/.cache/gpufleet/lab; its tests share hosts in order, so they run in one process).
+# ~/.cache/gpufleet/lab; its tests share hosts in order, so they run in one process). The lab run ends with the
+# tests that took over a minute, to show where its time goes.
 test: setup lint
 	$(BIN)/python -m pytest -n auto -m "not slow" tests/unit tests/infra tests/ansible
-	$(BIN)/python -m pytest -m "not slow" tests/lab
+	$(BIN)/python -m pytest -m "not slow" --durations=0 --durations-min=60 tests/lab
 
 # pytest exits 5 when no test is selected; say so rather than fail. -s prints each scenario's wall time.
 test-slow: setup
