@@ -57,7 +57,9 @@ def _probe(kernel: Path) -> Accel:
         "-no-reboot", "-nic", "none", "-kernel", str(kernel), "-append", "console=ttyS0 panic=-1",
     ]  # fmt: skip
     try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=PROBE_SECONDS)
+        # QEMU with -nographic sets O_NONBLOCK on its stdin; a shared one (the caller's /dev/null under CI) would stay
+        # non-blocking for every later process, and ansible-playbook refuses to run with that
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=PROBE_SECONDS)
         out, err = proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as exc:
         out, err = exc.stdout or b"", exc.stderr or b""
