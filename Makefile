@@ -12,7 +12,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 .PHONY: help setup test test-slow lint bench lab lab-down clean
 
 help:
-	@echo "make setup      create .venv and install gpufleet with its dev tools (idempotent)"
+	@echo "make setup      create .venv and install gpufleet with its dev tools and a pinned helm (idempotent)"
 	@echo "make test       lint + every test (installs what it needs first)"
 	@echo "make test-slow  the long scenarios kept out of 'make test'"
 	@echo "make lint       ruff, yamllint, ansible-lint (production profile)"
@@ -22,12 +22,13 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/bootstrap.sh
+$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/install_helm.py
 	@scripts/bootstrap.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "==> installing gpufleet and its tools into $(VENV) (first run downloads ~300 MB, cached in $(PIP_CACHE_DIR))"
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,lab]'
+	@$(BIN)/python scripts/install_helm.py
 	@touch $@
 
 lint: setup
