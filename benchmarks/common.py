@@ -29,7 +29,7 @@ def time_process(argv: Sequence[str], runs: int = 7) -> list[float]:
     times = []
     for _ in range(runs + 1):
         start = time.perf_counter()
-        subprocess.run(argv, cwd=REPO, check=True, capture_output=True)
+        subprocess.run(argv, cwd=REPO, check=True, capture_output=True, stdin=subprocess.DEVNULL)
         times.append(time.perf_counter() - start)
     return times[1:]
 

@@ -1,4 +1,5 @@
-"""AKS facts gpufleet derives from a GPU pool: its node pool name in AKS. Pure: no I/O, no Pulumi.
+"""AKS facts gpufleet derives from a GPU pool: its node pool name in AKS, and the labels and taints AKS itself puts on
+nodes. Pure: no I/O, no Pulumi.
 
 AKS cannot change a node pool's VM size, availability zones, spot settings, GPU driver owner, MIG instance profile
 or taints in place. gpufleet changes them the way Azure documents for a resize: a new pool next to the old one, then
@@ -15,6 +16,8 @@ from typing import Any
 
 from gpufleet.spec.models import AksManagedMig, GpuPool
 
+# AKS's recommendation for a dedicated system pool: only critical add-ons schedule there (pods that tolerate it).
+SYSTEM_POOL_TAINT = "CriticalAddonsOnly=true:NoSchedule"
 AKS_POOL_NAME_MAX = 12  # AKS Linux node pools: 1-12 lowercase letters and digits, starting with a letter
 SUFFIX_LENGTH = 4
 
@@ -40,3 +43,23 @@ def pool_suffix(pool: GpuPool) -> str:
 def aks_pool_name(pool: GpuPool) -> str:
     """The pool's name in AKS: the stack's name (cut to 8 characters) and :func:`pool_suffix`, e.g. ``h100trai3f0c``."""
     return pool.name[: AKS_POOL_NAME_MAX - SUFFIX_LENGTH] + pool_suffix(pool)
+
+
+# Labels AKS itself puts on every node of a pool ("Use labels in an AKS cluster", reserved system labels,
+# learn.microsoft.com/azure/aks/use-labels); GPU nodes also get kubernetes.azure.com/accelerator=nvidia.
+AKS_AGENTPOOL_LABEL = "kubernetes.azure.com/agentpool"
+AKS_MODE_LABEL = "kubernetes.azure.com/mode"
+AKS_ACCELERATOR_LABEL = "kubernetes.azure.com/accelerator"
+
+
+def aks_node_labels(aks_name: str, vm_size: str, *, mode: str, gpu: bool) -> dict[str, str]:
+    """The labels AKS sets on a node of pool ``aks_name`` (``mode``: ``system`` or ``user``), beside the pool's own."""
+    labels = {
+        AKS_AGENTPOOL_LABEL: aks_name,
+        AKS_MODE_LABEL: mode,
+        "kubernetes.io/os": "linux",
+        "node.kubernetes.io/instance-type": vm_size,
+    }
+    if gpu:
+        labels[AKS_ACCELERATOR_LABEL] = "nvidia"
+    return labels

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpufleet import __version__
@@ -127,16 +128,9 @@ def validate(
 # -- plan ----------------------------------------------------------------------------------------------------
 
 
-@app.command()
-def plan(
-    stack: Annotated[str, typer.Argument(help="Stack name (prod-westeurope) or stack file.")],
-    as_json: JsonOpt = False,
-    root: RootOpt = None,
-) -> None:
-    """What a stack describes, resolved against the hardware catalog: pools (GPU model, GPUs, vCPUs, RAM per
-    node, MIG instances per node, derived labels) and bare-metal host groups."""
-    from gpufleet.catalog import load_catalog
-    from gpufleet.plan import plan_stack
+def _load_or_exit(stack: str, root: Path | None, as_json: bool, consequence: str) -> Any:
+    """The validated stack named ``stack`` (a name or a file); exit 2 when no such stack, 1 with every error when
+    it is invalid (``consequence`` says what was not done)."""
     from gpufleet.spec import StackNotFound, find_project_root, load_stack, resolve_stack
 
     try:
@@ -148,16 +142,117 @@ def plan(
         if as_json:
             _emit_json({"stack": loaded.name, "ok": False, "errors": [d.to_dict() for d in loaded.diagnostics]})
         else:
-            err.print(f"[red]invalid stack[/red] {loaded.name}: nothing planned")
+            err.print(f"[red]invalid stack[/red] {escape(loaded.name)}: {consequence}")
             for d in loaded.diagnostics:
                 err.print(f"  {d}", markup=False)
         raise typer.Exit(EXIT_INVALID)
+    return loaded.stack
 
-    result = plan_stack(loaded.stack, load_catalog())
+
+@app.command()
+def plan(
+    stack: Annotated[str, typer.Argument(help="Stack name (prod-westeurope) or stack file.")],
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """What a stack describes, resolved against the hardware catalog: pools (GPU model, GPUs, vCPUs, RAM per
+    node, MIG instances per node, derived labels) and bare-metal host groups."""
+    from gpufleet.catalog import load_catalog
+    from gpufleet.plan import plan_stack
+
+    loaded = _load_or_exit(stack, root, as_json, "nothing planned")
+    result = plan_stack(loaded, load_catalog())
     if as_json:
         _emit_json(result.to_dict())
         return
     _render_plan(result)
+
+
+# -- render --------------------------------------------------------------------------------------------------
+
+
+@app.command()
+def render(
+    stack: Annotated[str, typer.Argument(help="Stack name (prod-westeurope) or stack file.")],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Write <chart>.yaml, nodes.yaml and summary.json here (created; parent must exist)."
+        ),
+    ] = None,
+    chart: Annotated[
+        str,
+        typer.Option(
+            help="Bare-metal stacks: the chart kubernetes.yml installs (gpu-operator or nvidia-device-plugin)."
+        ),
+    ] = "gpu-operator",
+    charts_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--charts-dir",
+            help="Where the pinned charts are (default: $GPUFLEET_CHARTS_DIR, else ~/.cache/gpufleet/charts).",
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Render the stack's GPU charts with helm (`helm template`, exactly the values the stack installs) and say
+    where each GPU DaemonSet will run: on which pools / host groups, and why not on the others.
+
+    Exit 0 when every GPU DaemonSet reaches every pool it must serve, 1 when one does not (the files are still
+    written, for review), when the stack is invalid, or when a chart is missing or helm fails (nothing written).
+    """
+    from gpufleet import charts
+    from gpufleet.catalog import load_catalog
+    from gpufleet.plan import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART, plan_stack
+
+    if chart not in (GPU_OPERATOR_CHART, DEVICE_PLUGIN_CHART):
+        raise _usage_error(f"--chart {escape(chart)!r}: use {GPU_OPERATOR_CHART} or {DEVICE_PLUGIN_CHART}")
+    loaded = _load_or_exit(stack, root, as_json, "nothing rendered")
+    catalog = load_catalog()
+    plan_ = plan_stack(loaded, catalog)
+    try:
+        result = charts.render(
+            loaded,
+            plan_,
+            catalog,
+            directory=charts_dir,
+            baremetal_chart=chart,
+            progress=lambda m: err.print(f"[dim]{escape(m)}[/dim]"),
+        )
+        written = charts.write(result, output) if output is not None else []
+    except charts.ChartError as exc:
+        err.print(f"[red]error:[/red] stack {escape(plan_.stack)}: {escape(str(exc))}")
+        raise typer.Exit(EXIT_INVALID) from None
+    if as_json:
+        _emit_json(result.to_dict())
+    else:
+        _render_summary(result, written)
+    if result.problems:
+        raise typer.Exit(EXIT_INVALID)
+
+
+def _render_summary(result: Any, written: list[Path]) -> None:
+    if not result.charts:
+        out.print(f"stack {escape(result.stack)} installs no GPU software (no GPU pools or GPU host groups)")
+    for c in result.charts:
+        kinds = ", ".join(f"{n} {k}" for k, n in c.kinds().items())
+        out.print(
+            f"[bold]{escape(c.release.chart)} {escape(c.release.version)}[/bold]: {len(c.objects)} objects ({kinds})"
+        )
+    for cov in result.coverage:
+        runs = ", ".join(cov.runs_on) or "nothing"
+        style = "red" if cov.kind == "Deployment" and not cov.runs_on else "bold"
+        out.print(f"  {cov.kind} [{style}]{escape(cov.name)}[/{style}] runs on {escape(runs)}")
+        for m in cov.misses:
+            line = f"not on {escape(m.target)}: {escape(m.why)}"
+            out.print(f"    {line}" if m.intended else f"    [red]{line}[/red]")
+    for path in written:
+        out.print(f"wrote {escape(str(path))}")
+    for problem in result.problems:
+        err.print(f"[red]error:[/red] {escape(problem)}")
+    if result.charts and not result.problems:
+        out.print("every GPU DaemonSet runs on every pool / host group it must serve")
 
 
 def _render_plan(result: Any) -> None:

@@ -23,10 +23,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpufleet.mig_outputs import CONFIGMAP_KEY, DISABLED_CONFIG, cluster_strategy, disabled_entries, dump_yaml
-from gpufleet.plan import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL
+from gpufleet.plan import (
+    DEVICE_PLUGIN_CHART,
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    GPU_OPERATOR_CHART,
+    GPU_PRESENT_LABEL,
+    MIG_CONFIG_LABEL,
+)
 
 if TYPE_CHECKING:
     from gpufleet.plan import StackPlan
+    from gpufleet.spec.models import GpuSoftware as GpuSoftwareSettings
 
 MigStrategy = Literal["single", "mixed"]
 SharingMode = Literal["time-slicing", "mps"]
@@ -35,6 +42,14 @@ MIG_CONFIGMAP = "gpufleet-mig-parted-config"
 DEVICE_PLUGIN_CONFIGMAP = "gpufleet-device-plugin-config"
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"  # used on nodes without the nvidia.com/device-plugin.config label
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# The charts' own default toleration of their controllers and of NFD's worker (kept when gpufleet adds its own:
+# a values list replaces the chart's list)
+CONTROL_PLANE_TOLERATION = {
+    "key": "node-role.kubernetes.io/control-plane",
+    "operator": "Equal",
+    "value": "",
+    "effect": "NoSchedule",
+}
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,9 @@ class GpuSoftware:
     mig_parted_config: dict[str, Any] | None = None
     sharing: tuple[SharingConfig, ...] = ()
     taints: tuple[str, ...] = ()  # taints on the GPU nodes ("key=value:Effect"): the daemonsets tolerate them
+    # taints on the nodes meant for cluster add-ons (AKS's system pool): the operator and NFD's master and garbage
+    # collector run there, so they tolerate them
+    system_taints: tuple[str, ...] = ()
     mig_with_reboot: bool = False  # cloud VMs need a reboot to change MIG mode
     monitoring: bool = False  # a Prometheus operator scrapes DCGM exporter (ServiceMonitor)
 
@@ -78,6 +96,12 @@ def tolerations(taints: Iterable[str]) -> list[dict[str, str]]:
         t = toleration(taint)
         if t not in out:
             out.append(t)
+    return out
+
+
+def _controller_tolerations(software: GpuSoftware) -> list[dict[str, str]]:
+    out = [dict(CONTROL_PLANE_TOLERATION)]
+    out += [t for t in map(toleration, software.system_taints) if t not in out]
     return out
 
 
@@ -108,10 +132,20 @@ def _mig_configmap_data(config: dict[str, Any]) -> dict[str, str]:
 
 def operator_values(software: GpuSoftware) -> dict[str, Any]:
     """Values for the GPU Operator chart (``nvidia/gpu-operator``)."""
+    gpu_tolerations = tolerations(software.taints)
     values: dict[str, Any] = {
+        "operator": {"tolerations": _controller_tolerations(software)},
         "driver": {"enabled": not software.driver_preinstalled},
         "toolkit": {"enabled": not software.toolkit_preinstalled},
-        "daemonsets": {"tolerations": tolerations(software.taints)},
+        # the operands (driver, toolkit, device plugin, GFD, DCGM exporter, MIG manager, validator)
+        "daemonsets": {"tolerations": gpu_tolerations},
+        # NFD's worker must run on every GPU node: the operator deploys its operands only where NFD found an NVIDIA
+        # PCI device (feature.node.kubernetes.io/pci-10de.present); daemonsets.tolerations does not reach it
+        "node-feature-discovery": {
+            "worker": {"tolerations": [dict(CONTROL_PLANE_TOLERATION), *gpu_tolerations]},
+            "master": {"tolerations": _controller_tolerations(software)},
+            "gc": {"tolerations": _controller_tolerations(software)},
+        },
         "devicePlugin": {
             "config": {
                 "create": True,
@@ -166,13 +200,10 @@ def for_baremetal(
 
 
 def aks_chart(plan: StackPlan) -> str:
-    """The chart an AKS cluster's GPU software comes from: the GPU Operator when a pool leaves the driver
-    (``driver: operator``, AKS ``gpuProfile.driver: None``) or a MIG layout (``mig.managed_by: operator``) to it;
-    otherwise AKS installs driver and toolkit on every pool and the device plugin alone is enough."""
+    """The chart of an AKS cluster's GPU software (:func:`gpufleet.plan.cluster_chart`, decided by the plan)."""
     if plan.cluster is None:
         raise ValueError(f"stack {plan.stack} has no AKS cluster")
-    operator = any(p.driver == "operator" or (p.mig or {}).get("managed_by") == "operator" for p in plan.pools)
-    return "gpu-operator" if operator else "nvidia-device-plugin"
+    return plan.cluster["gpu_chart"]
 
 
 def for_aks(plan: StackPlan, *, monitoring: bool = False) -> GpuSoftware:
@@ -198,6 +229,7 @@ def for_aks(plan: StackPlan, *, monitoring: bool = False) -> GpuSoftware:
         mig_parted_config=plan.cluster["mig_parted_config"],
         sharing=sharing,
         taints=taints,
+        system_taints=tuple(plan.cluster["system_pool_taints"]),
         mig_with_reboot=True,
         monitoring=monitoring,
     )
@@ -206,13 +238,12 @@ def for_aks(plan: StackPlan, *, monitoring: bool = False) -> GpuSoftware:
 # -- bare-metal clusters: chart versions and node labels (the gpu_operator / device_plugin roles) ---------------
 
 # The stack's release pin of each chart (``gpufleet:release``), by chart name.
-CHART_PINS = {"gpu-operator": "gpu_operator", "nvidia-device-plugin": "device_plugin"}
+CHART_PINS = {GPU_OPERATOR_CHART: "gpu_operator", DEVICE_PLUGIN_CHART: "device_plugin"}
 # The node labels each chart's software reads, which gpufleet sets from the stack (and so owns): the GPU
 # Operator's MIG manager applies ``nvidia.com/mig.config``; the device plugin (the operator's, or the standalone
 # chart's) picks its named config by ``nvidia.com/device-plugin.config``; the standalone chart's default affinity
 # schedules it only on nodes that NFD found an NVIDIA PCI device on, or that carry ``nvidia.com/gpu.present=true``
 # (the operator deploys NFD and sets that label itself).
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 NODE_LABELS = {
     "gpu-operator": (MIG_CONFIG_LABEL, DEVICE_PLUGIN_CONFIG_LABEL),
     "nvidia-device-plugin": (GPU_PRESENT_LABEL, DEVICE_PLUGIN_CONFIG_LABEL),
@@ -255,3 +286,57 @@ def baremetal_node_labels(plan: StackPlan, group: str, chart: str = "gpu-operato
     labels[DEVICE_PLUGIN_CONFIG_LABEL] = DEFAULT_DEVICE_PLUGIN_CONFIG
     labels[GPU_PRESENT_LABEL] = "true"
     return {k: v for k, v in labels.items() if k in wanted}
+
+
+# -- the release a stack installs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChartRelease:
+    """A Helm release of the stack's GPU software, computed without Pulumi or Ansible: the Pulumi program installs
+    it, ``gpufleet render`` renders it with helm, the tests check it."""
+
+    chart: str  # gpu-operator or nvidia-device-plugin
+    version: str  # as the chart's repository lists it (chart_version)
+    repository: str
+    namespace: str
+    values: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """The release name (the chart's name, as the roles and the Pulumi program install it)."""
+        return self.chart
+
+
+def chart_release(plan: StackPlan, settings: GpuSoftwareSettings) -> ChartRelease:
+    """The release of an AKS stack (``settings``: its ``aks.gpu_software``)."""
+    chart = aks_chart(plan)
+    software = for_aks(plan, monitoring=settings.monitoring)
+    if chart == GPU_OPERATOR_CHART:
+        values, repository = operator_values(software), settings.gpu_operator_repository
+    else:
+        values, repository = device_plugin_values(software), settings.device_plugin_repository
+    return ChartRelease(
+        chart=chart,
+        version=chart_version(chart, plan.release),
+        repository=repository,
+        namespace=settings.namespace or chart,
+        values=values,
+    )
+
+
+def baremetal_release(plan: StackPlan, settings: GpuSoftwareSettings, chart: str = GPU_OPERATOR_CHART) -> ChartRelease:
+    """The release ``ansible/playbooks/kubernetes.yml`` installs on a bare-metal stack's cluster with the roles'
+    defaults: ``chart`` (the playbook's ``gpufleet_gpu_chart``), driver and toolkit from the host roles."""
+    software = for_baremetal(plan)
+    if _chart(chart) == GPU_OPERATOR_CHART:
+        values, repository = operator_values(software), settings.gpu_operator_repository
+    else:
+        values, repository = device_plugin_values(software), settings.device_plugin_repository
+    return ChartRelease(
+        chart=chart,
+        version=chart_version(chart, plan.release),
+        repository=repository,
+        namespace=chart,
+        values=values,
+    )

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from gpufleet.aks import aks_pool_name
+from gpufleet.aks import SYSTEM_POOL_TAINT, aks_pool_name
 from gpufleet.catalog import Catalog, Gpu, VmSize
 from gpufleet.mig_outputs import aks_instances, cluster_strategy, mig_parted_config, node_mig, stack_layouts
 from gpufleet.spec.models import AksManagedMig, GpuPool, MigDeviceGroup, MigLayout, OperatorManagedMig, Stack
@@ -30,6 +30,13 @@ DEPLOY_DRIVER_LABEL = "nvidia.com/gpu.deploy.driver"
 # after every refresh (the azurerm provider documents the same), and the GPU daemonsets must tolerate the taint.
 AKS_SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"
 AKS_SPOT_TAINT = f"{AKS_SPOT_LABEL}=spot:NoSchedule"
+# The standalone device plugin chart's DaemonSet runs only on nodes that NFD found an NVIDIA PCI device on, or that
+# carry this label (k8s-device-plugin v0.20.0, templates/daemonset-device-plugin.yml); its NFD is off by default,
+# so gpufleet labels the GPU nodes of clusters that use that chart. (The GPU Operator sets it itself from NFD.)
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+# The charts gpufleet installs (their names in NVIDIA's repositories)
+GPU_OPERATOR_CHART = "gpu-operator"
+DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
 
 
 def _number(value: Fraction) -> int | float:
@@ -94,9 +101,19 @@ def cluster_name(stack: Stack) -> str:
     return stack.aks.cluster.name or f"gpufleet-{stack.stage}-{stack.region}"
 
 
-def pool_labels(pool: GpuPool, gpu: Gpu, cluster_has_operator_driver: bool) -> dict[str, str]:
-    """The node labels a pool carries: the stack's own plus those gpufleet derives."""
+def cluster_chart(pools: list[GpuPool]) -> str:
+    """The chart an AKS cluster's GPU software comes from: the GPU Operator when a pool leaves the driver
+    (``driver: operator``, AKS ``gpuProfile.driver: None``) or a MIG layout (``mig.managed_by: operator``) to it;
+    otherwise AKS installs driver and toolkit on every pool and the device plugin alone is enough."""
+    operator = any(p.driver == "operator" or isinstance(p.mig, OperatorManagedMig) for p in pools)
+    return GPU_OPERATOR_CHART if operator else DEVICE_PLUGIN_CHART
+
+
+def pool_labels(pool: GpuPool, gpu: Gpu, cluster_has_operator_driver: bool, chart: str) -> dict[str, str]:
+    """The node labels a pool carries: the stack's own plus those gpufleet derives (``chart``: the cluster's)."""
     labels = {POOL_LABEL: pool.name, GPU_MODEL_LABEL: gpu.name, **pool.labels}
+    if chart == DEVICE_PLUGIN_CHART:
+        labels[GPU_PRESENT_LABEL] = "true"
     if isinstance(pool.mig, OperatorManagedMig):
         labels[MIG_CONFIG_LABEL] = pool.mig.config_name
     if pool.sharing.mode != "none":
@@ -108,7 +125,7 @@ def pool_labels(pool: GpuPool, gpu: Gpu, cluster_has_operator_driver: bool) -> d
     return labels
 
 
-def _pool_plan(pool: GpuPool, size: VmSize, gpu: Gpu, operator_driver_in_cluster: bool) -> PoolPlan:
+def _pool_plan(pool: GpuPool, size: VmSize, gpu: Gpu, operator_driver_in_cluster: bool, chart: str) -> PoolPlan:
     gpus = size.whole_gpus
     mig: dict[str, Any] | None = None
     if isinstance(pool.mig, AksManagedMig):
@@ -147,7 +164,7 @@ def _pool_plan(pool: GpuPool, size: VmSize, gpu: Gpu, operator_driver_in_cluster
         driver=pool.driver,
         aks_gpu_driver=pool.aks_gpu_driver,
         taints=[*pool.taints, *([AKS_SPOT_TAINT] if pool.spot else [])],
-        labels=pool_labels(pool, gpu, operator_driver_in_cluster),
+        labels=pool_labels(pool, gpu, operator_driver_in_cluster, chart),
         mig=mig,
         sharing=sharing,
         upgrade=upgrade,
@@ -165,14 +182,16 @@ def plan_stack(stack: Stack, catalog: Catalog) -> StackPlan:
             "kubernetes": stack.release.kubernetes,
             "sku_tier": cluster.sku_tier,
             "system_pool": cluster.system_pool.model_dump(),
+            "system_pool_taints": [SYSTEM_POOL_TAINT],
             "network": cluster.network.model_dump(mode="json", exclude_none=True),
             "security": cluster.security.model_dump(),
         }
         operator_driver = any(p.driver == "operator" for p in stack.aks.gpu_pools)
+        chart = plan.cluster["gpu_chart"] = cluster_chart(stack.aks.gpu_pools)
         for pool in stack.aks.gpu_pools:
             size = catalog.vm_size(pool.vm_size)
             assert size is not None, "plan_stack needs a validated stack"
-            plan.pools.append(_pool_plan(pool, size, catalog.gpu(size.gpu), operator_driver))
+            plan.pools.append(_pool_plan(pool, size, catalog.gpu(size.gpu), operator_driver, chart))
         operator_pools = [p for p in plan.pools if p.mig and p.mig["managed_by"] == "operator"]
         plan.cluster["mig_strategy"] = cluster_strategy(p.mig["strategy"] for p in operator_pools)
     pool_layouts, host_layouts = stack_layouts(stack, catalog)

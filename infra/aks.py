@@ -19,9 +19,6 @@ from gpufleet.plan import PoolPlan, StackPlan
 from gpufleet.spec.models import GpuPool as GpuPoolSpec
 from gpufleet.spec.models import Network, Stack
 
-# AKS's recommendation for a dedicated system pool: only critical add-ons schedule there.
-SYSTEM_POOL_TAINT = "CriticalAddonsOnly=true:NoSchedule"
-
 
 def tags(plan: StackPlan) -> dict[str, str]:
     return {"gpufleet-stack": plan.stack, "gpufleet-stage": plan.stage, "managed-by": "gpufleet"}
@@ -76,7 +73,7 @@ class RegionalGpuCluster(pulumi.ComponentResource):
                     vm_size=system.vm_size,
                     count=system.count,
                     availability_zones=list(system.zones) or None,
-                    node_taints=[SYSTEM_POOL_TAINT],
+                    node_taints=list(plan.cluster["system_pool_taints"]),
                     vnet_subnet_id=self.subnet_id,
                     enable_node_public_ip=security.node_public_ip,
                     orchestrator_version=stack.release.kubernetes,

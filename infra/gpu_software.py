@@ -10,48 +10,16 @@ replacing it (and every release with it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes.helm.v3 import Release, RepositoryOptsArgs
 
-from gpufleet import gpu_software
-from gpufleet.plan import StackPlan
-from gpufleet.spec.models import GpuSoftware as GpuSoftwareSpec
+from gpufleet.gpu_software import ChartRelease
 
 # The GPU Operator's daemonsets are privileged (driver, toolkit, device plugin, MIG manager, DCGM).
 PRIVILEGED_NAMESPACE_LABELS = {"pod-security.kubernetes.io/enforce": "privileged"}
 RELEASE_TIMEOUT_SECONDS = 900
-
-
-@dataclass(frozen=True)
-class ChartRelease:
-    """What the release is made of, computed without Pulumi (the tests and ``gpufleet plan`` read it too)."""
-
-    chart: str
-    version: str
-    repository: str
-    namespace: str
-    values: dict[str, Any]
-
-
-def chart_release(plan: StackPlan, settings: GpuSoftwareSpec) -> ChartRelease:
-    chart = gpu_software.aks_chart(plan)
-    software = gpu_software.for_aks(plan, monitoring=settings.monitoring)
-    if chart == "gpu-operator":
-        values = gpu_software.operator_values(software)
-        repository = settings.gpu_operator_repository
-    else:
-        values = gpu_software.device_plugin_values(software)
-        repository = settings.device_plugin_repository
-    return ChartRelease(
-        chart=chart,
-        version=gpu_software.chart_version(chart, plan.release),
-        repository=repository,
-        namespace=settings.namespace or chart,
-        values=values,
-    )
 
 
 @dataclass(frozen=True)

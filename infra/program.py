@@ -14,11 +14,12 @@ from typing import Any
 import pulumi
 
 from gpufleet.catalog import load_catalog
+from gpufleet.gpu_software import chart_release
 from gpufleet.plan import StackPlan, plan_stack
 from gpufleet.spec import StackNotFound, load_stack, resolve_stack
 from gpufleet.spec.models import Stack
 from infra.aks import ClusterArgs, GpuPool, GpuPoolArgs, RegionalGpuCluster
-from infra.gpu_software import GpuSoftware, GpuSoftwareArgs, chart_release
+from infra.gpu_software import GpuSoftware, GpuSoftwareArgs
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,24 +1,49 @@
-"""The GPU charts' value keys, kept as test data (tests/fixtures/charts/*.keys, written by extract_keys.py from
-each chart's values.yaml at the version the example stacks pin): the values gpufleet writes may use only those."""
+"""The pinned GPU charts for tests: ``$GPUFLEET_CHARTS_DIR``, else ``../shared/reference/charts`` beside the checkout,
+else the ``helm pull`` cache (``~/.cache/gpufleet/charts``). Tests that need them skip, with that reason, only when
+none of those exists. The values gpufleet writes may use only keys the charts' values.yaml files have."""
 
 from __future__ import annotations
 
+import functools
+import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from gpufleet import charts
+from gpufleet.gpu_software import ChartRelease
 from tests.conftest import REPO
 
-CHARTS = REPO / "tests/fixtures/charts"
-OPERATOR_KEYS = CHARTS / "gpu-operator-v26.7.0.keys"
-DEVICE_PLUGIN_KEYS = CHARTS / "nvidia-device-plugin-v0.20.0.keys"
-KEYS_BY_CHART = {"gpu-operator": OPERATOR_KEYS, "nvidia-device-plugin": DEVICE_PLUGIN_KEYS}
+REFERENCE_CHARTS = REPO.parent / "shared" / "reference" / "charts"
+PINNED = {"gpu-operator": "v26.7.0", "nvidia-device-plugin": "0.20.0"}  # the example stacks' pins
 
 
-def chart_keys(path: Path) -> set[str]:
-    return {line for line in path.read_text().splitlines() if line and not line.startswith("#")}
+def _charts_dir() -> Path | None:
+    if os.environ.get(charts.CHARTS_DIR_ENV):
+        return Path(os.environ[charts.CHARTS_DIR_ENV])
+    if REFERENCE_CHARTS.is_dir():
+        return REFERENCE_CHARTS
+    cache = charts.charts_dir()
+    return cache if cache.is_dir() else None
 
 
-def unknown_keys(values: dict[str, Any], known: set[str], prefix: str = "") -> list[str]:
+CHARTS_DIR = _charts_dir()
+needs_charts = pytest.mark.skipif(
+    CHARTS_DIR is None,
+    reason=f"no pinned charts: set {charts.CHARTS_DIR_ENV}, or have ../shared/reference/charts or the helm pull cache",
+)
+
+
+@functools.cache
+def chart_keys(chart: str) -> frozenset[str]:
+    """The key paths of the pinned chart's values.yaml and its subcharts' (see charts.chart_values_keys)."""
+    assert CHARTS_DIR is not None
+    release = ChartRelease(chart, PINNED[chart], repository="", namespace=chart, values={})
+    return frozenset(charts.chart_values_keys(charts.find_chart(release, CHARTS_DIR)))
+
+
+def unknown_keys(values: dict[str, Any], known: frozenset[str] | set[str], prefix: str = "") -> list[str]:
     """Paths in ``values`` the chart does not have (below a ``path.*`` entry any key is the user's)."""
     out = []
     for key, value in values.items():

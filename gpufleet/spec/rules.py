@@ -25,6 +25,7 @@ DERIVED_LABELS = {
     "nvidia.com/mig.config": "mig.config_name",
     "nvidia.com/device-plugin.config": "sharing",
     "nvidia.com/gpu.deploy.driver": "driver",
+    "nvidia.com/gpu.present": "GPU software (the device plugin chart runs where it is true)",
 }
 AKS_RESERVED_LABEL_PREFIXES = ("kubernetes.azure.com/", "kubernetes.io/", "k8s.io/")
 AZURE_LINUX_SKUS = ("AzureLinux", "AzureLinux3")

@@ -26,8 +26,8 @@ from gpufleet.mig_outputs import CONFIGMAP_KEY, DISABLED_CONFIG
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack
 from tests.ansible_playbook import ansible_playbook
+from tests.charts import chart_keys, needs_charts, unknown_keys
 from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY
-from tests.unit.test_gpu_software import DEVICE_PLUGIN_KEYS, OPERATOR_KEYS, chart_keys, unknown_keys
 
 spec = importlib.util.spec_from_file_location(
     "gpufleet_gpu_software_filters", REPO / "ansible/plugins/filter/gpufleet_gpu_software.py"
@@ -91,16 +91,17 @@ def test_values_filters_return_exactly_gpu_softwares_values(path: Path, catalog)
     assert filters.gpufleet_device_plugin_values(spec_of(path)) == device_plugin_values(for_baremetal(plan))
 
 
+@needs_charts
 def test_the_gpu_stack_fixture_gives_the_mig_manager_every_layout_and_only_chart_keys(catalog):
     values = filters.gpufleet_gpu_operator_values(spec_of(ONPREM))
     configs = _load(values["migManager"]["config"]["data"][CONFIGMAP_KEY])["mig-configs"]
     assert set(configs) == {"h100-half-3g", "h100-7x1g", DISABLED_CONFIG}
     assert values["mig"] == {"strategy": "mixed"}
-    assert unknown_keys(values, chart_keys(OPERATOR_KEYS)) == []
+    assert unknown_keys(values, chart_keys("gpu-operator")) == []
     plugin = filters.gpufleet_device_plugin_values(spec_of(ONPREM))
     assert plugin["config"]["map"] == device_plugin_configs(for_baremetal(direct_plan(ONPREM, catalog)))
     assert _load(plugin["config"]["map"][DEFAULT_DEVICE_PLUGIN_CONFIG])["flags"] == {"migStrategy": "mixed"}
-    assert unknown_keys(plugin, chart_keys(DEVICE_PLUGIN_KEYS)) == []
+    assert unknown_keys(plugin, chart_keys("nvidia-device-plugin")) == []
 
 
 @pytest.mark.parametrize(("driver", "toolkit"), [(True, True), (True, False), (False, True), (False, False)])

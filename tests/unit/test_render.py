@@ -1,0 +1,384 @@
+"""The GPU charts rendered by the real helm with the values each stack installs: valid objects (kubernetes-validate,
+CRD schemas), only the charts' keys, and the GPU software landing on every GPU pool / host group it must serve."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from jsonschema import Draft202012Validator
+from ruamel.yaml import YAML
+
+from gpufleet import charts
+from gpufleet.gpu_software import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP
+from gpufleet.mig_outputs import CONFIGMAP_KEY, DISABLED_CONFIG
+from gpufleet.plan import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART, plan_stack
+from gpufleet.spec import load_stack, load_stack_text
+from tests.charts import CHARTS_DIR, chart_keys, needs_charts, unknown_keys
+from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY
+
+pytestmark = needs_charts
+
+ONPREM = FIXTURES / "gpu-software" / "Pulumi.prod-onprem.yaml"
+# every example stack that installs GPU software, and the bare-metal fixture with each chart kubernetes.yml installs
+CASES = [(p, GPU_OPERATOR_CHART) for p in EXAMPLE_STACKS if "lab-local" not in p.name] + [
+    (ONPREM, GPU_OPERATOR_CHART),
+    (ONPREM, DEVICE_PLUGIN_CHART),
+]
+CASE_IDS = [  # the AKS stacks by name, the bare-metal fixture by name and chart
+    p.name.removeprefix("Pulumi.").removesuffix(".yaml") + (f"-{chart}" if p == ONPREM else "") for p, chart in CASES
+]
+
+
+def _render(stack, catalog, chart: str = GPU_OPERATOR_CHART) -> charts.Render:
+    return charts.render(stack, plan_stack(stack, catalog), catalog, directory=CHARTS_DIR, baremetal_chart=chart)
+
+
+@pytest.fixture(scope="module")
+def rendered(catalog) -> dict[str, tuple[Any, charts.Render]]:
+    out = {}
+    for (path, chart), case in zip(CASES, CASE_IDS, strict=True):
+        stack = load_stack(path, today=TODAY).stack
+        assert stack is not None
+        out[case] = (stack, _render(stack, catalog, chart))
+    return out
+
+
+def _variant(path: Path, catalog, edit) -> charts.Render:
+    """Render a copy of a stack file changed by ``edit`` (a function on its YAML data)."""
+    yaml = YAML()
+    data = yaml.load(path.read_text())
+    edit(data["config"])
+    text = StringIO()
+    yaml.dump(data, text)
+    loaded = load_stack_text(text.getvalue(), path.name, today=TODAY)
+    assert loaded.stack is not None, [str(d) for d in loaded.diagnostics]
+    return _render(loaded.stack, catalog)
+
+
+def _objects(result: charts.Render, kind: str) -> list[dict[str, Any]]:
+    return [o for c in result.charts for o in c.objects if o.get("kind") == kind]
+
+
+def _coverage(result: charts.Render, name: str) -> charts.Coverage:
+    return next(c for c in result.coverage if c.name == name)
+
+
+def _gpu_targets(result: charts.Render) -> list[str]:
+    return [t.name for t in result.targets if t.gpu]
+
+
+# -- the two defects: the GPU software reached no GPU node --------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["prod-eastus", "prod-westeurope", "staging-westeurope"])
+def test_nfd_worker_and_every_operand_run_on_every_gpu_pool_of_an_operator_stack(rendered, stack):
+    _, result = rendered[stack]
+    pools = _gpu_targets(result)
+    nfd = _coverage(result, "gpu-operator-node-feature-discovery-worker")
+    assert set(pools) <= set(nfd.runs_on), nfd.misses
+    for operand in ("nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter"):
+        assert set(_coverage(result, operand).runs_on) == set(pools), _coverage(result, operand).misses
+    assert result.problems == []
+
+
+def test_the_standalone_device_plugin_runs_on_every_gpu_pool(rendered):
+    _, result = rendered["dev-westeurope"]
+    assert [c.release.chart for c in result.charts] == [DEVICE_PLUGIN_CHART]
+    plugin = _coverage(result, "nvidia-device-plugin")
+    assert plugin.runs_on == ("t4shared", "a100mig", "t4spot"), plugin.misses
+    assert result.problems == []
+
+
+def test_without_nfd_tolerations_the_operator_deploys_nothing(catalog, monkeypatch):
+    """The check sees the defect: NFD's worker with the chart's own tolerations misses every tainted GPU pool, and
+    then no operand runs anywhere."""
+    from gpufleet import gpu_software
+
+    original = gpu_software.operator_values
+
+    def chart_default_nfd(software):
+        values = original(software)
+        del values["node-feature-discovery"]["worker"]
+        return values
+
+    monkeypatch.setattr(gpu_software, "operator_values", chart_default_nfd)
+    stack = load_stack(REPO / "Pulumi.prod-westeurope.yaml", today=TODAY).stack
+    result = _render(stack, catalog)
+    assert _coverage(result, "gpu-operator-node-feature-discovery-worker").runs_on == ()
+    assert _coverage(result, "nvidia-device-plugin-daemonset").runs_on == ()
+    assert any("taint sku=gpu:NoSchedule not tolerated" in p for p in result.problems)
+
+
+def test_without_the_gpu_present_label_the_device_plugin_matches_no_node(catalog, monkeypatch):
+    from gpufleet import plan as plan_module
+
+    original = plan_module.pool_labels
+    monkeypatch.setattr(
+        plan_module, "pool_labels", lambda *a: {k: v for k, v in original(*a).items() if k != "nvidia.com/gpu.present"}
+    )
+    stack = load_stack(REPO / "Pulumi.dev-westeurope.yaml", today=TODAY).stack
+    result = _render(stack, catalog)
+    assert _coverage(result, "nvidia-device-plugin").runs_on == ()
+    assert any("required node affinity: no term matches" in p for p in result.problems)
+
+
+# -- every stack: valid objects, known keys, every GPU target served ----------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASE_IDS)
+def test_every_gpu_daemonset_serves_every_target_it_must_and_controllers_find_a_node(rendered, case):
+    _, result = rendered[case]
+    assert result.problems == []
+    gpu = set(_gpu_targets(result))
+    for cov in result.coverage:
+        if cov.kind == "Deployment":
+            assert cov.runs_on, cov.name
+        else:
+            assert {m.target for m in cov.misses} | set(cov.runs_on) >= gpu
+            assert all(m.intended for m in cov.misses), cov
+
+
+@pytest.mark.parametrize("case", CASE_IDS)
+def test_every_rendered_builtin_object_passes_kubernetes_validate_strict(rendered, case):
+    stack, result = rendered[case]
+    version = charts.kube_version(stack.release.kubernetes).removeprefix("v")
+    crd_kinds = {o["spec"]["names"]["kind"] for o in _objects(result, "CustomResourceDefinition")}
+    checked = 0
+    for obj in (o for c in result.charts for o in c.objects):
+        if obj["kind"] in crd_kinds:
+            continue
+        kubernetes_validate.validate(obj, version, strict=True)
+        checked += 1
+    assert checked >= 5
+
+
+def _closed(schema: Any) -> Any:
+    """A CRD's openAPIV3Schema with unknown fields refused where the API server would prune them."""
+    if isinstance(schema, dict):
+        out = {k: _closed(v) for k, v in schema.items()}
+        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            out.setdefault("additionalProperties", False)
+        return out
+    if isinstance(schema, list):
+        return [_closed(v) for v in schema]
+    return schema
+
+
+def _crd_validators(result: charts.Render) -> dict[tuple[str, str], Draft202012Validator]:
+    out = {}
+    for crd in _objects(result, "CustomResourceDefinition"):
+        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+        for version in crd["spec"]["versions"]:
+            schema = _closed(version["schema"]["openAPIV3Schema"])
+            out[(f"{group}/{version['name']}", kind)] = Draft202012Validator(schema)
+    return out
+
+
+@pytest.mark.parametrize("case", CASE_IDS)
+def test_every_custom_resource_passes_its_crds_schema(rendered, case):
+    _, result = rendered[case]
+    validators = _crd_validators(result)
+    customs = [o for c in result.charts for o in c.objects if (o.get("apiVersion"), o.get("kind")) in validators]
+    for obj in customs:
+        errors = [
+            f"{'.'.join(map(str, e.path))}: {e.message}"
+            for e in validators[(obj["apiVersion"], obj["kind"])].iter_errors(obj)
+        ]
+        assert errors == [], f"{obj['kind']} {obj['metadata']['name']}"
+    if result.charts[0].release.chart == GPU_OPERATOR_CHART:
+        assert [o["kind"] for o in customs] == ["ClusterPolicy"]
+
+
+def test_the_crd_check_catches_a_field_the_api_server_would_prune(rendered):
+    _, result = rendered["prod-westeurope"]
+    policy = copy.deepcopy(_objects(result, "ClusterPolicy")[0])
+    policy["spec"]["migManager"]["cofnig"] = {"name": "x"}
+    validator = _crd_validators(result)[(policy["apiVersion"], "ClusterPolicy")]
+    assert any("cofnig" in e.message for e in validator.iter_errors(policy))
+
+
+@pytest.mark.parametrize("case", CASE_IDS)
+def test_the_values_set_only_keys_the_chart_has(rendered, case):
+    _, result = rendered[case]
+    for c in result.charts:
+        assert unknown_keys(c.release.values, chart_keys(c.release.chart)) == []
+
+
+# -- what users care about -------------------------------------------------------------------------------------
+
+
+def _policy(result: charts.Render) -> dict[str, Any]:
+    (policy,) = _objects(result, "ClusterPolicy")
+    return policy["spec"]
+
+
+def _configmap(result: charts.Render, name: str) -> dict[str, str]:
+    return next(o for o in _objects(result, "ConfigMap") if o["metadata"]["name"] == name)["data"]
+
+
+def test_the_operators_driver_runs_only_on_pools_that_leave_it_the_driver(catalog):
+    def train_on_aks_driver(config):
+        config["gpufleet:aks"]["gpu_pools"][1]["driver"] = "aks"
+
+    result = _variant(REPO / "Pulumi.prod-westeurope.yaml", catalog, train_on_aks_driver)
+    assert _policy(result)["driver"]["enabled"] is True
+    driver = _coverage(result, "nvidia-driver-daemonset")
+    assert driver.runs_on == ("h100mig",)
+    assert [(m.target, m.intended) for m in driver.misses] == [("h100train", True)]
+    assert _coverage(result, "nvidia-device-plugin-daemonset").runs_on == ("h100mig", "h100train")
+
+
+def test_host_roles_own_driver_and_toolkit_on_bare_metal(rendered):
+    _, result = rendered[f"prod-onprem-{GPU_OPERATOR_CHART}"]
+    spec = _policy(result)
+    assert spec["driver"]["enabled"] is False and spec["toolkit"]["enabled"] is False
+    names = {c.name for c in result.coverage}
+    assert "nvidia-driver-daemonset" not in names and "nvidia-container-toolkit-daemonset" not in names
+
+
+def test_the_mig_manager_gets_the_stacks_layouts_and_the_strategy(rendered, catalog):
+    stack, result = rendered["prod-westeurope"]
+    plan = plan_stack(stack, catalog)
+    spec = _policy(result)
+    assert spec["mig"]["strategy"] == plan.cluster["mig_strategy"] == "mixed"
+    assert spec["migManager"]["config"] == {"name": MIG_CONFIGMAP, "default": DISABLED_CONFIG}
+    config = YAML(typ="safe").load(_configmap(result, MIG_CONFIGMAP)[CONFIGMAP_KEY])
+    assert config["mig-configs"]["h100-inference"] == plan.cluster["mig_parted_config"]["mig-configs"]["h100-inference"]
+    assert config["mig-configs"][DISABLED_CONFIG] == [{"devices": "all", "mig-enabled": False}]
+    assert result.labels["h100mig"]["nvidia.com/mig.config"] == "h100-inference"
+    assert set(_coverage(result, "nvidia-mig-manager").runs_on) == {"h100mig", "h100train"}
+
+
+def test_time_slicing_reaches_the_device_plugin_through_its_config_map(rendered):
+    _, result = rendered["dev-westeurope"]
+    data = _configmap(result, "nvidia-device-plugin-configs")
+    config = YAML(typ="safe").load(data["t4shared-time-slicing"])
+    assert config["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
+    assert result.labels["t4shared"]["nvidia.com/device-plugin.config"] == "t4shared-time-slicing"
+    plugin = next(o for o in _objects(result, "DaemonSet") if o["metadata"]["name"] == "nvidia-device-plugin")
+    env = {
+        e["name"]: e.get("value") for c in plugin["spec"]["template"]["spec"]["containers"] for e in c.get("env", [])
+    }
+    assert env.get("CONFIG_FILE") or any("config" in str(v) for v in env.values())
+
+
+def test_the_operator_gets_the_sharing_configs_by_name(rendered):
+    _, result = rendered["prod-westeurope"]
+    assert _policy(result)["devicePlugin"]["config"]["name"] == DEVICE_PLUGIN_CONFIGMAP
+
+
+@pytest.mark.parametrize("monitoring", [False, True])
+def test_dcgm_exporter_service_monitor_follows_the_stack(catalog, monitoring):
+    def monitor(config):
+        config["gpufleet:aks"]["gpu_software"] = {"monitoring": monitoring}
+
+    result = _variant(REPO / "Pulumi.prod-eastus.yaml", catalog, monitor)
+    assert _policy(result)["dcgmExporter"]["serviceMonitor"]["enabled"] is monitoring
+    assert set(_coverage(result, "nvidia-dcgm-exporter").runs_on) == {"nvlmig", "t4spot"}
+
+
+# -- gpufleet render: the command ------------------------------------------------------------------------------
+
+
+def gpufleet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, charts.CHARTS_DIR_ENV: str(CHARTS_DIR), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "gpufleet", "render", *args],
+        cwd=REPO,
+        env=full,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_render_writes_the_manifests_nodes_and_where_each_daemonset_runs(tmp_path):
+    out = tmp_path / "out"
+    proc = gpufleet("prod-westeurope", "-o", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-operator.yaml", "nodes.yaml", "summary.json"]
+    assert "DaemonSet gpu-operator-node-feature-discovery-worker runs on h100mig, h100train" in proc.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stack"] == "prod-westeurope"
+    assert summary["charts"][0]["name"] == "gpu-operator" and summary["charts"][0]["objects"]["ClusterPolicy"] == 1
+    nfd = next(d for d in summary["daemonsets"] if d["name"].endswith("node-feature-discovery-worker"))
+    assert nfd["runs_on"] == ["h100mig", "h100train"] and nfd["misses"] == []
+    nodes = YAML(typ="safe").load((out / "nodes.yaml").read_text())["nodes"]
+    assert {n["target"]: n["taints"] for n in nodes}["h100mig"] == ["sku=gpu:NoSchedule"]
+    manifest = (out / "gpu-operator.yaml").read_text()
+    assert len(charts.parse_objects(manifest)) == sum(summary["charts"][0]["objects"].values())
+
+
+def test_render_json_is_the_documented_shape():
+    proc = gpufleet("dev-westeurope", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert set(data) >= {"stack", "charts", "daemonsets"}
+    assert set(data["charts"][0]) == {"name", "version", "file", "objects"}
+    assert all(set(d) >= {"chart", "name", "runs_on", "misses"} for d in data["daemonsets"])
+
+
+def test_an_unknown_chart_version_is_one_line_exit_1_and_nothing_written(tmp_path):
+    stack = tmp_path / "Pulumi.dev-westeurope.yaml"
+    stack.write_text(
+        (REPO / "Pulumi.dev-westeurope.yaml").read_text().replace("device_plugin: v0.20.0", "device_plugin: v0.99.0")
+    )
+    out = tmp_path / "out"
+    proc = gpufleet(str(stack), "-o", str(out))
+    assert proc.returncode == 1
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert "stack dev-westeurope" in line and "nvidia-device-plugin 0.99.0" in line and "helm pull" in line
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == [stack.name]
+
+
+def test_a_missing_charts_directory_is_one_line_exit_1(tmp_path):
+    proc = gpufleet("prod-eastus", "-o", str(tmp_path / "out"), env={charts.CHARTS_DIR_ENV: str(tmp_path / "none")})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "chart gpu-operator v26.7.0 is not in" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_helm_failing_is_one_line_exit_1_and_nothing_written(tmp_path):
+    broken = tmp_path / "charts"
+    shutil.copytree(CHARTS_DIR / "gpu-operator-v26.7.0", broken / "gpu-operator-v26.7.0")
+    (broken / "gpu-operator-v26.7.0/templates/broken.yaml").write_text("{{ .Values.nope.deeper }}\n")
+    out = tmp_path / "out"
+    proc = gpufleet("prod-eastus", "-o", str(out), env={charts.CHARTS_DIR_ENV: str(broken)})
+    assert proc.returncode == 1
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert "stack prod-eastus: helm template gpu-operator v26.7.0 failed:" in line
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["charts"]
+
+
+def test_a_render_into_a_missing_parent_directory_is_refused(tmp_path):
+    proc = gpufleet("dev-westeurope", "-o", str(tmp_path / "no" / "out"))
+    assert proc.returncode == 1 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_stack_without_gpus_renders_nothing_and_says_so():
+    proc = gpufleet("lab-local")
+    assert proc.returncode == 0 and "installs no GPU software" in proc.stdout
+
+
+def test_make_setup_installed_the_pinned_helm():
+    version = subprocess.run(
+        [charts.helm_binary(), "version", "--template", "{{ .Version }}"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    assert version == "v4.1.4"
