@@ -519,7 +519,7 @@ def write(result: Render, out: Path) -> list[Path]:
 
 
 def chart_values_keys(chart: Path) -> set[str]:
-    """Every key path of a chart's values.yaml and of its subcharts' (under their names), as dotted paths; an empty
+    """Every key path of a chart's values.yaml and of its subcharts' (under their aliases), as dotted paths; an empty
     mapping in the chart (``data: {}``) takes keys of the user's choosing and is written ``path.*``."""
     from ruamel.yaml import YAML
 
@@ -535,11 +535,13 @@ def chart_values_keys(chart: Path) -> set[str]:
     def load(directory_or_tgz: Path) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
         if directory_or_tgz.is_dir():
             values = yaml.load((directory_or_tgz / "values.yaml").read_text()) or {}
+            chart_yaml = yaml.load((directory_or_tgz / "Chart.yaml").read_text()) or {}
+            aliases = {d["name"]: d.get("alias") or d["name"] for d in chart_yaml.get("dependencies") or []}
             subs = []
             for sub in sorted((directory_or_tgz / "charts").glob("*")):
                 meta = yaml.load((sub / "Chart.yaml").read_text()) if sub.is_dir() else _tgz_member(sub, "Chart.yaml")
                 sub_values = load(sub)[0] if sub.is_dir() else _tgz_member(sub, "values.yaml")
-                subs.append((meta["name"], sub_values or {}))
+                subs.append((aliases.get(meta["name"], meta["name"]), sub_values or {}))
             return values, subs
         return _tgz_member(directory_or_tgz, "values.yaml") or {}, []
 

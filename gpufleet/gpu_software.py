@@ -180,6 +180,16 @@ def device_plugin_values(software: GpuSoftware) -> dict[str, Any]:
         "config": {"map": device_plugin_configs(software), "default": DEFAULT_DEVICE_PLUGIN_CONFIG},
         "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, *tolerations(software.taints)],
     }
+    if any(sharing.mode == "mps" for sharing in software.sharing):
+        # The chart's MPS control daemon runs only where GPU Feature Discovery labelled nvidia.com/mps.capable=true
+        # (a node whose config shares GPUs with MPS); GFD, and the NFD it brings, are off in this chart by default.
+        # NFD's worker must reach the GPU nodes, its master and garbage collector the add-on nodes.
+        values["gfd"] = {"enabled": True}
+        values["nfd"] = {
+            "worker": {"tolerations": [dict(CONTROL_PLANE_TOLERATION), *tolerations(software.taints)]},
+            "master": {"tolerations": _controller_tolerations(software)},
+            "gc": {"tolerations": _controller_tolerations(software)},
+        }
     return values
 
 

@@ -382,3 +382,26 @@ def test_make_setup_installed_the_pinned_helm():
         timeout=30,
     ).stdout
     assert version == "v4.1.4"
+
+
+def test_mps_sharing_on_the_device_plugin_chart_brings_gfd_so_the_mps_control_daemon_runs(catalog):
+    """The chart's MPS control daemon needs GFD's nvidia.com/mps.capable label; GFD and its NFD are off by default."""
+
+    def mps(config):
+        config["gpufleet:aks"]["gpu_pools"][0]["sharing"] = {"mode": "mps", "replicas": 4}
+
+    result = _variant(REPO / "Pulumi.dev-westeurope.yaml", catalog, mps)
+    (chart,) = result.charts
+    assert chart.release.values["gfd"] == {"enabled": True}
+    assert unknown_keys(chart.release.values, chart_keys(DEVICE_PLUGIN_CHART)) == []
+    for obj in chart.objects:
+        if obj["kind"] != "NodeFeatureRule":
+            kubernetes_validate.validate(obj, "1.33.0", strict=True)
+    assert _coverage(result, "nvidia-device-plugin-mps-control-daemon").runs_on == ("t4shared",)
+    assert _coverage(result, "nvidia-device-plugin-node-feature-discovery-worker").runs_on == (
+        "t4shared",
+        "a100mig",
+        "t4spot",
+    )
+    assert result.labels["t4shared"]["nvidia.com/mps.capable"] == "true"
+    assert result.problems == []
