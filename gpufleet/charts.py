@@ -95,11 +95,13 @@ def find_chart(release: ChartRelease, directory: Path) -> Path:
 
 def _chart_yaml_version(path: Path) -> str | None:
     from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
 
     try:
         data = YAML(typ="safe").load(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ChartError(f"cannot read {path}: {exc}") from None
+    except (OSError, ValueError, YAMLError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not a Chart.yaml"
+        raise ChartError(f"cannot read {path}: {reason}") from None
     return str(data.get("version")) if isinstance(data, dict) else None
 
 

@@ -181,11 +181,12 @@ def render(
         ),
     ] = None,
     chart: Annotated[
-        str,
+        str | None,
         typer.Option(
-            help="Bare-metal stacks: the chart kubernetes.yml installs (gpu-operator or nvidia-device-plugin)."
+            help="Bare-metal stacks: the chart kubernetes.yml installs (gpu-operator, the default, or "
+            "nvidia-device-plugin). An AKS stack's pools decide its chart."
         ),
-    ] = "gpu-operator",
+    ] = None,
     charts_dir: Annotated[
         Path | None,
         typer.Option(
@@ -206,18 +207,23 @@ def render(
     from gpufleet.catalog import load_catalog
     from gpufleet.plan import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART, plan_stack
 
-    if chart not in (GPU_OPERATOR_CHART, DEVICE_PLUGIN_CHART):
-        raise _usage_error(f"--chart {escape(chart)!r}: use {GPU_OPERATOR_CHART} or {DEVICE_PLUGIN_CHART}")
+    if chart not in (None, GPU_OPERATOR_CHART, DEVICE_PLUGIN_CHART):
+        raise _usage_error(f"--chart {escape(repr(chart))}: use {GPU_OPERATOR_CHART} or {DEVICE_PLUGIN_CHART}")
     loaded = _load_or_exit(stack, root, as_json, "nothing rendered")
     catalog = load_catalog()
     plan_ = plan_stack(loaded, catalog)
+    if chart is not None and plan_.cluster is not None and chart != plan_.cluster["gpu_chart"]:
+        raise _usage_error(
+            f"--chart {chart}: stack {escape(plan_.stack)} is an AKS cluster whose pools decide its chart "
+            f"({plan_.cluster['gpu_chart']}); --chart is for bare-metal stacks"
+        )
     try:
         result = charts.render(
             loaded,
             plan_,
             catalog,
             directory=charts_dir,
-            baremetal_chart=chart,
+            baremetal_chart=chart or GPU_OPERATOR_CHART,
             progress=lambda m: err.print(f"[dim]{escape(m)}[/dim]"),
         )
         written = charts.write(result, output) if output is not None else []

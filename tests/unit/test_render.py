@@ -405,3 +405,12 @@ def test_mps_sharing_on_the_device_plugin_chart_brings_gfd_so_the_mps_control_da
     )
     assert result.labels["t4shared"]["nvidia.com/mps.capable"] == "true"
     assert result.problems == []
+
+
+def test_chart_is_for_bare_metal_stacks_and_must_be_known():
+    aks = gpufleet("dev-westeurope", "--chart", "gpu-operator")
+    assert aks.returncode == 2 and "--chart is for bare-metal stacks" in aks.stderr
+    unknown = gpufleet("dev-westeurope", "--chart", "[red]x")
+    assert unknown.returncode == 2 and "--chart '[red]x'" in unknown.stderr
+    onprem = gpufleet(str(ONPREM), "--chart", "nvidia-device-plugin", "--json")
+    assert onprem.returncode == 0 and json.loads(onprem.stdout)["charts"][0]["name"] == "nvidia-device-plugin"
