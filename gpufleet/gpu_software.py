@@ -318,35 +318,25 @@ class ChartRelease:
         return self.chart
 
 
+def _release(
+    plan: StackPlan, settings: GpuSoftwareSettings, chart: str, software: GpuSoftware, namespace: str
+) -> ChartRelease:
+    if _chart(chart) == GPU_OPERATOR_CHART:
+        values, repository = operator_values(software), settings.gpu_operator_repository
+    else:
+        values, repository = device_plugin_values(software), settings.device_plugin_repository
+    version = chart_version(chart, plan.release)
+    return ChartRelease(chart=chart, version=version, repository=repository, namespace=namespace, values=values)
+
+
 def chart_release(plan: StackPlan, settings: GpuSoftwareSettings) -> ChartRelease:
     """The release of an AKS stack (``settings``: its ``aks.gpu_software``)."""
     chart = aks_chart(plan)
     software = for_aks(plan, monitoring=settings.monitoring)
-    if chart == GPU_OPERATOR_CHART:
-        values, repository = operator_values(software), settings.gpu_operator_repository
-    else:
-        values, repository = device_plugin_values(software), settings.device_plugin_repository
-    return ChartRelease(
-        chart=chart,
-        version=chart_version(chart, plan.release),
-        repository=repository,
-        namespace=settings.namespace or chart,
-        values=values,
-    )
+    return _release(plan, settings, chart, software, settings.namespace or chart)
 
 
 def baremetal_release(plan: StackPlan, settings: GpuSoftwareSettings, chart: str = GPU_OPERATOR_CHART) -> ChartRelease:
     """The release ``ansible/playbooks/kubernetes.yml`` installs on a bare-metal stack's cluster with the roles'
     defaults: ``chart`` (the playbook's ``gpufleet_gpu_chart``), driver and toolkit from the host roles."""
-    software = for_baremetal(plan)
-    if _chart(chart) == GPU_OPERATOR_CHART:
-        values, repository = operator_values(software), settings.gpu_operator_repository
-    else:
-        values, repository = device_plugin_values(software), settings.device_plugin_repository
-    return ChartRelease(
-        chart=chart,
-        version=chart_version(chart, plan.release),
-        repository=repository,
-        namespace=chart,
-        values=values,
-    )
+    return _release(plan, settings, chart, for_baremetal(plan), chart)
