@@ -142,7 +142,10 @@ def helm_template(release: ChartRelease, chart: Path, kubernetes: str, helm: str
     if proc.returncode != 0:
         lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
         why = lines[-1] if lines else f"exit status {proc.returncode}"
-        raise ChartError(f"helm template {release.chart} {release.version} failed: {why}")
+        raise ChartError(
+            f"helm template {release.chart} {release.version} failed: {why} (the chart at {chart} is damaged or not "
+            f"the published one: pull it again with {pull_command(release, chart.parent)})"
+        )
     return proc.stdout
 
 
