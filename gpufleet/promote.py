@@ -264,7 +264,13 @@ class Ledger:
 def git_commit(root: Path) -> str | None:
     """HEAD of the git repository holding ``root``, if any."""
     with contextlib.suppress(OSError, subprocess.CalledProcessError):
-        proc = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            stdin=subprocess.DEVNULL,
+        )
         return proc.stdout.strip() or None
     return None
 
@@ -277,6 +283,7 @@ def uncommitted(root: Path, file: Path) -> bool:
             capture_output=True,
             text=True,
             check=True,
+            stdin=subprocess.DEVNULL,
         )
         return bool(proc.stdout.strip())
     return False

@@ -40,4 +40,6 @@ def ansible_playbook(
     if extra_vars is not None:
         cmd += ["-e", json.dumps(extra_vars)]
     cmd += [str(a) for a in args]
-    return subprocess.run(cmd, cwd=REPO, env=env or ansible_env(), capture_output=True, text=True, check=False)
+    return subprocess.run(
+        cmd, cwd=REPO, env=env or ansible_env(), capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+    )

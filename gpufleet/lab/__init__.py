@@ -179,7 +179,9 @@ class Lab:
         host.disk.parent.mkdir(parents=True, exist_ok=True)
         if not host.disk.exists():
             subprocess.run(
-                ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(base), "-F", "qcow2", str(host.disk)], check=True
+                ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(base), "-F", "qcow2", str(host.disk)],
+                check=True,
+                stdin=subprocess.DEVNULL,
             )
         if not host.namespace.exists():
             with host.namespace.open("wb") as f:

@@ -7,6 +7,7 @@ panics, as asked) proves KVM works.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -17,6 +18,7 @@ from pathlib import Path
 from gpufleet.lab.config import lab_dir
 
 PROBE_SECONDS = 45
+CACHE_FILE = "accel.json"  # the probe's answer, keyed by probe_key (.ci/run removes it to prove the cold path)
 
 
 @dataclass(frozen=True)
@@ -35,11 +37,30 @@ class Accel:
         return "kvm" if self.name == "kvm" else "qemu"
 
 
+def probe_key(kernel: Path) -> str:
+    """What the probe's answer depends on: the host kernel, /dev/kvm, QEMU's version and the guest kernel. The
+    cached answer is used only while all of them are the same."""
+    kvm = os.stat("/dev/kvm")
+    try:
+        qemu = subprocess.run(
+            ["qemu-system-x86_64", "--version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout.splitlines()[:1]
+    except (OSError, subprocess.TimeoutExpired):
+        qemu = []
+    guest = hashlib.sha256(kernel.read_bytes()).hexdigest()[:16]
+    return f"{platform.release()}|kvm {kvm.st_rdev}:{kvm.st_mode:o}|{''.join(qemu)}|guest {guest}"
+
+
 def detect(kernel: Path) -> Accel:
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return Accel("tcg", "no usable /dev/kvm")
-    key = f"{platform.release()}|{kernel.stat().st_size}"
-    cache = lab_dir() / "accel.json"
+    key = probe_key(kernel)
+    cache = lab_dir() / CACHE_FILE
     try:
         known = json.loads(cache.read_text())
         if known.get("key") == key:

@@ -121,7 +121,9 @@ def ssh_key() -> Path:
     key = lab_dir() / "id_ed25519"
     if not key.exists():
         subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-lab", "-f", str(key)], check=True
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-lab", "-f", str(key)],
+            check=True,
+            stdin=subprocess.DEVNULL,
         )
     return key
 
@@ -190,8 +192,13 @@ def ensure_image(progress: Progress = print, force: bool = False) -> Image:
     subprocess.run(
         ["mkfs.ext4", "-q", "-F", "-L", "labroot", "-E", "offset=1048576", "-d", str(rootfs), str(raw), f"{fs_kib}k"],
         check=True,
+        stdin=subprocess.DEVNULL,
     )
-    subprocess.run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(staging / "base.qcow2")], check=True)
+    subprocess.run(
+        ["qemu-img", "convert", "-O", "qcow2", str(raw), str(staging / "base.qcow2")],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
     raw.unlink()
     shutil.rmtree(rootfs)
     mode = accel.detect(staging / "vmlinuz")
@@ -213,7 +220,9 @@ def ensure_image(progress: Progress = print, force: bool = False) -> Image:
 
 def _run(cmd: list[str], log: Path, progress: Progress) -> None:
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL
+        )
         assert proc.stdout is not None
         last = time.monotonic()
         for line in proc.stdout:
@@ -248,7 +257,7 @@ def _customize(rootfs: Path) -> None:
     (ssh / "authorized_keys").write_text(ssh_key().with_suffix(".pub").read_text())
     (ssh / "authorized_keys").chmod(0o600)
     (rootfs / "etc/machine-id").write_text("uninitialized\n")
-    subprocess.run(["chroot", str(rootfs), "apt-get", "clean"], check=True)
+    subprocess.run(["chroot", str(rootfs), "apt-get", "clean"], check=True, stdin=subprocess.DEVNULL)
     shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
     (rootfs / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
 

@@ -18,7 +18,14 @@ def command(key: Path, port: int, remote: str) -> list[str]:
 
 
 def run(key: Path, port: int, remote: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command(key, port, remote), capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        command(key, port, remote),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def reachable(key: Path, port: int) -> bool:

@@ -75,7 +75,9 @@ def alive(pid: int) -> bool:
 
 
 def _pids(name: str) -> list[int]:
-    out = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True, check=False).stdout
+    out = subprocess.run(
+        ["pgrep", "-x", name], capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+    ).stdout
     return [int(p) for p in out.split()]
 
 
@@ -102,7 +104,14 @@ class LibvirtUnavailable(RuntimeError):
 
 
 def virsh(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(["virsh", "-c", URI, *args], capture_output=True, text=True, timeout=timeout, check=False)
+    proc = subprocess.run(
+        ["virsh", "-c", URI, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
     if check and proc.returncode:
         raise LibvirtUnavailable(f"virsh {' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc
@@ -151,12 +160,12 @@ def ensure_libvirt(progress: Progress) -> None:
         else:
             progress("warning: libvirtd was running before the lab changed qemu.conf; restart it to apply")
     if not _pids("virtlogd"):
-        subprocess.run(["virtlogd", "-d"], check=True)
+        subprocess.run(["virtlogd", "-d"], check=True, stdin=subprocess.DEVNULL)
         time.sleep(0.3)
         record_daemon("virtlogd", max(_pids("virtlogd"), default=None))
     if not running:
         progress("starting libvirtd (its first start probes QEMU, ~15 s)")
-        subprocess.run(["libvirtd", "-d"], check=True)
+        subprocess.run(["libvirtd", "-d"], check=True, stdin=subprocess.DEVNULL)
         time.sleep(0.5)
         record_daemon("libvirtd", max(_pids("libvirtd"), default=None))
     deadline = time.monotonic() + 180
@@ -281,7 +290,7 @@ def qemu_pid(host: LabHost) -> int | None:
 
 def qemu_start(host: LabHost, accel: Accel) -> None:
     if qemu_pid(host) is None:
-        subprocess.run(qemu_command(host, accel), check=True)
+        subprocess.run(qemu_command(host, accel), check=True, stdin=subprocess.DEVNULL)
 
 
 def qemu_stop(host: LabHost) -> None:

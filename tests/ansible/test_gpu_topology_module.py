@@ -63,6 +63,7 @@ def run_playbook(tmp_path: Path, root: Path, extra: dict | None = None) -> subpr
         capture_output=True,
         text=True,
         check=False,
+        stdin=subprocess.DEVNULL,
     )
 
 

@@ -44,7 +44,9 @@ def grub_defaults(linux_default: str, linux: str, dropins: list[Path], times: in
     script = f"GRUB_CMDLINE_LINUX_DEFAULT='{linux_default}'\nGRUB_CMDLINE_LINUX='{linux}'\n"
     script += "".join(f". '{d}'\n" for d in dropins) * times
     script += 'printf "%s\\n%s\\n" "$GRUB_CMDLINE_LINUX_DEFAULT" "$GRUB_CMDLINE_LINUX"\n'
-    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout.split("\n")
+    out = subprocess.run(
+        ["sh", "-c", script], capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL
+    ).stdout.split("\n")
     return out[0].split(), out[1].split()
 
 

@@ -165,7 +165,12 @@ def test_the_program_imports_only_the_provider_services_it_uses():
     """The whole azure-native SDK is hundreds of MB; each service costs import time (make bench times it)."""
     code = "import sys; from tests.infra.harness import run_program; run_program('prod-eastus')"
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+        [sys.executable, "-X", "importtime", "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        stdin=subprocess.DEVNULL,
     )
     modules = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     services = {m.split(".")[1] for m in modules if m.startswith("pulumi_azure_native.") and m.count(".") >= 1}

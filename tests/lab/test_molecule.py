@@ -77,6 +77,7 @@ def _run_scenario(role: str, work: Path) -> tuple[int, str, float]:
             text=True,
             timeout=SLOW_LIMIT_S if _slow(role) else 2400,
             check=False,
+            stdin=subprocess.DEVNULL,
         )
     return proc.returncode, log.read_text(), time.monotonic() - started
 

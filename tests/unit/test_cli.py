@@ -14,7 +14,12 @@ from tests.conftest import REPO
 
 def gpufleet(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gpufleet", *args], cwd=cwd, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "gpufleet", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -132,6 +137,7 @@ def test_validate_imports_neither_pulumi_nor_ansible():
         capture_output=True,
         text=True,
         check=False,
+        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}

@@ -40,7 +40,12 @@ def gpu_dir(tmp_path: Path, catalog) -> Path:
 def run(gpu_dir: Path, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GPUFLEET_FAKE_GPU_DIR": str(gpu_dir)}
     return subprocess.run(
-        [sys.executable, str(gpu_dir / tool), *args], env=env, capture_output=True, text=True, check=False
+        [sys.executable, str(gpu_dir / tool), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
     )
 
 

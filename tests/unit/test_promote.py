@@ -36,11 +36,14 @@ def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         check=False,
         env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "HOME": str(root)},
+        stdin=subprocess.DEVNULL,
     )
 
 
 def git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL
+    ).stdout
 
 
 def commit(root: Path, message: str) -> None:
@@ -305,7 +308,8 @@ for i in range(int(sys.argv[3])):
 def test_two_writers_appending_at_once_lose_no_line(tmp_path: Path):
     path = tmp_path / LEDGER_FILE
     writers = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(path), name, "400"], cwd=REPO) for name in ("a", "b")
+        subprocess.Popen([sys.executable, "-c", WRITER, str(path), name, "400"], cwd=REPO, stdin=subprocess.DEVNULL)
+        for name in ("a", "b")
     ]
     assert [w.wait(timeout=120) for w in writers] == [0, 0]
     entries = Ledger(path).entries()  # every line parses

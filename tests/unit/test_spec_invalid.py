@@ -48,6 +48,7 @@ def test_cli_exits_1_on_each_invalid_fixture_with_file_line_path():
         capture_output=True,
         text=True,
         check=False,
+        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)

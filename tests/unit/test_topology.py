@@ -360,7 +360,7 @@ def test_recorded_trees_match_their_descriptions(tmp_path: Path):
     import subprocess
     import sys
 
-    subprocess.run([sys.executable, str(HOSTS / "generate.py"), str(tmp_path)], check=True)
+    subprocess.run([sys.executable, str(HOSTS / "generate.py"), str(tmp_path)], check=True, stdin=subprocess.DEVNULL)
     for machine in sorted(p for p in tmp_path.iterdir() if p.is_dir()):
         fresh = {p.relative_to(machine): p.read_bytes() for p in machine.rglob("*") if p.is_file()}
         committed = {
