@@ -216,7 +216,7 @@ def test_unreachable_host_is_in_the_table_and_fails_the_run(tmp_path: Path):
     assert row(lines, "down")["result"] == "UNREACHABLE"
     assert set(row(lines, "down").values()) == {"down", "UNREACHABLE", "-"}
     assert row(lines, "localhost")["result"] == "ok"
-    assert any(line.startswith("  down  unreachable: ") and "port 1" in line for line in lines)
+    assert any(line.startswith("  down  unreachable: ") and "port 1" in line for line in lines), "\n".join(lines)
     skipped = "\n".join(lines[lines.index("skipped:") + 1 :])
     assert "driver, persistence on localhost: no NVIDIA GPU, and nvidia_driver_branch is not set" in skipped
     assert "dcgm on localhost: dcgmi is not installed" in skipped
