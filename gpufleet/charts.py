@@ -38,6 +38,7 @@ from typing import Any
 from gpufleet.aks import aks_node_labels
 from gpufleet.catalog import Catalog
 from gpufleet.gpu_software import ChartRelease, baremetal_node_labels, baremetal_release, chart_release
+from gpufleet.mig_outputs import DISABLED_CONFIG
 from gpufleet.plan import GPU_OPERATOR_CHART, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL, StackPlan
 from gpufleet.scheduling import NodeShape, Placement, Taint, why_not
 from gpufleet.spec.models import GpuSoftware as GpuSoftwareSettings
@@ -228,6 +229,8 @@ OPERANDS = (
     ("migManager", "nvidia-mig-manager", "mig-manager"),
     ("nodeStatusExporter", "nvidia-node-status-exporter", "node-status-exporter"),
 )
+# the operands whose part in the labelling fixpoint or in not_needed is their own (the others are plain "operand")
+OPERAND_ROLES = {"gfd": "gfd", "devicePlugin": "device-plugin", "driver": "driver", "migManager": "mig-manager"}
 MPS_CONTROL_DAEMON = "nvidia-device-plugin-mps-control-daemon"
 # the operand labels the operator adds to every GPU node (all but the MIG manager's, which needs a MIG-capable GPU)
 OPERATOR_STATE_LABELS = tuple(DEPLOY_LABEL_PREFIX + label for _, _, label in OPERANDS if label != "mig-manager")
@@ -283,8 +286,7 @@ def _operands(chart: str, spec: Mapping[str, Any]) -> list[Workload]:
             continue
         selector = {DEPLOY_LABEL_PREFIX + label: "true"}
         placement = Placement.from_pod_spec({"nodeSelector": selector, "tolerations": tolerations})
-        role = {"gfd": "gfd", "devicePlugin": "device-plugin", "driver": "driver", "migManager": "mig-manager"}
-        out.append(Workload(chart, "DaemonSet", name, placement, role.get(key, "operand")))
+        out.append(Workload(chart, "DaemonSet", name, placement, OPERAND_ROLES.get(key, "operand")))
         if key == "devicePlugin":  # the operator's MPS control daemon comes with its device plugin
             mps = Placement.from_pod_spec(
                 {"nodeSelector": {**selector, MPS_CAPABLE_LABEL: "true"}, "tolerations": tolerations}
@@ -304,7 +306,7 @@ def converge(
     labels = {t.name: dict(t.node.labels) for t in targets}
     operator_runs = False
     for _ in range(8):  # each pass adds labels only; a handful of passes reach the fixpoint
-        before = json.dumps([labels, operator_runs], sort_keys=True)
+        before = ({name: dict(node) for name, node in labels.items()}, operator_runs)
         operator_runs = any(not _runs(w, t, labels[t.name]) for w in loads if w.role == "operator" for t in targets)
         for t in targets:
             node = labels[t.name]
@@ -323,8 +325,8 @@ def converge(
                 if node.get(MIG_CAPABLE_LABEL) == "true":
                     node.setdefault(DEPLOY_LABEL_PREFIX + "mig-manager", "true")
                     if mig_disabled_default:
-                        node.setdefault(MIG_CONFIG_LABEL, "all-disabled")
-        if json.dumps([labels, operator_runs], sort_keys=True) == before:
+                        node.setdefault(MIG_CONFIG_LABEL, DISABLED_CONFIG)
+        if (labels, operator_runs) == before:
             break
     return labels
 
@@ -482,7 +484,7 @@ def render(
     targets = stack_targets(plan, catalog, chart_name)
     loads = [w for c in rendered for w in workloads(c.release.chart, c.objects)]
     mig_default = any(
-        (o.get("spec") or {}).get("migManager", {}).get("config", {}).get("default") == "all-disabled"
+        (o.get("spec") or {}).get("migManager", {}).get("config", {}).get("default") == DISABLED_CONFIG
         for c in rendered
         for o in c.objects
         if o.get("kind") == "ClusterPolicy"
