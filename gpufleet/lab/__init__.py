@@ -275,7 +275,7 @@ class Lab:
         return True
 
     def _client_or_none(self) -> redfish.Client | None:
-        client = redfish.Client(redfish.credentials(), timeout=10)
+        client = redfish.Client(redfish.credentials(), timeout=10, retry_seconds=0)
         try:
             client.systems()
             return client
@@ -359,6 +359,8 @@ def write_inventory(path: Path, hosts: list[virt.LabHost], result: UpResult, gro
                     " -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
                 ),
                 "ansible_python_interpreter": "/usr/bin/python3",
+                # the same throw-away host keys for Mitogen's connection (it checks them itself, not through ssh)
+                "ansible_host_key_checking": False,
             },
             "children": {group: {"hosts": entries}},
         }

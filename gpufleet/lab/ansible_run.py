@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,11 @@ class PlaybookResult:
     seconds: float
     log: Path
     output: str
+    tasks: list[tuple[str, float]] = field(default_factory=list)  # (task name, seconds), in the order they ran
+
+    def seconds_of(self, word: str) -> float:
+        """Seconds spent in tasks whose name contains ``word`` (case-insensitive), e.g. the reboots."""
+        return sum(s for name, s in self.tasks if word.lower() in name.lower())
 
 
 def parse_recap(output: str) -> dict[str, dict[str, int]]:
@@ -47,7 +52,9 @@ def run_playbook(
     limit: str | None = None,
     progress: Callable[[str], None] | None = None,
     repo: Path | None = None,
+    strategy: str | None = None,
 ) -> PlaybookResult:
+    """``strategy`` overrides ansible.cfg's (``linear``: Ansible's own, without Mitogen)."""
     if repo is None:  # the project root (its ansible.cfg), also for playbooks under ansible/playbooks/
         from gpufleet.spec import find_project_root
 
@@ -60,6 +67,8 @@ def run_playbook(
         "ANSIBLE_NOCOLOR": "1",
         "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
     }
+    if strategy:
+        env["ANSIBLE_STRATEGY"] = strategy
     cmd = [str(bin_dir / "ansible-playbook"), "-i", str(inventory), str(playbook)]
     if extra_vars:
         cmd += ["-e", json.dumps(extra_vars)]
@@ -72,6 +81,8 @@ def run_playbook(
     log = logs / f"{time.strftime('%Y%m%d-%H%M%S')}-{playbook.stem}{'-check' if check else ''}.log"
     started = time.monotonic()
     lines: list[str] = []
+    tasks: list[tuple[str, float]] = []
+    task, task_started = "", started
     with log.open("w") as f:
         # no stdin: ansible refuses a non-blocking one (e.g. under nohup), and a playbook run never prompts
         proc = subprocess.Popen(
@@ -87,8 +98,14 @@ def run_playbook(
         for line in proc.stdout:
             f.write(line)
             lines.append(line)
+            if line.startswith(("TASK [", "PLAY RECAP")):  # a task ends where the next one (or the recap) starts
+                now = time.monotonic()
+                if task:
+                    tasks.append((task, now - task_started))
+                task = line[6:].strip().rstrip("*").strip().removesuffix("]") if line.startswith("TASK [") else ""
+                task_started = now
             if progress and (line.startswith("TASK [") or line.startswith("PLAY [") or line.startswith("fatal:")):
                 progress(line.strip().rstrip("*").strip())
         rc = proc.wait()
     output = "".join(lines)
-    return PlaybookResult(rc, parse_recap(output), time.monotonic() - started, log, output)
+    return PlaybookResult(rc, parse_recap(output), time.monotonic() - started, log, output, tasks)

@@ -18,6 +18,10 @@ Behaviour follows the vendors' documentation for the subset the roles use:
 - ``nvidia-smi -L``, ``nvidia-smi --query-gpu=index,name,pci.bus_id,mig.mode.current --format=csv,noheader``,
   ``nvidia-smi mig -lgi``.
 
+GPU clients: ``<state dir>/dev/nvidia<index>`` stands for the GPU's device node. As on a real GPU, whose MIG mode
+cannot change while a process holds it ("In use by another client"), ``apply`` refuses to switch MIG mode on a
+GPU that a process has open (found through ``/proc/<pid>/fd``) and changes nothing.
+
 Fault injection (tests only): when ``<state dir>/fail-next-apply`` exists, the next ``apply`` changes the first
 GPU it would change, deletes that file and exits 1 — a half-applied layout, as after a real failure.
 State: ``$GPUFLEET_FAKE_GPU_DIR`` (default ``/var/lib/gpufleet-fake-gpu``) ``/state.json``:
@@ -180,6 +184,19 @@ def mig_parted(argv: list[str]) -> int:
     except (Refused, KeyError, TypeError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    held = {
+        g["index"]: holders
+        for g in gpus
+        if g["index"] in plans and g["mig_enabled"] != plans[g["index"]][0]
+        for holders in [gpu_holders(g["index"])]
+        if holders
+    }
+    if held:
+        for index, pids in sorted(held.items()):
+            print(
+                f"error: GPU {index}: cannot change MIG mode: in use by another client (pids {pids})", file=sys.stderr
+            )
+        return 1
     fail = STATE_DIR / "fail-next-apply"
     for g in gpus:
         if g["index"] in plans and current(g) != want[g["index"]]:
@@ -192,6 +209,19 @@ def mig_parted(argv: list[str]) -> int:
     save_state(state)
     print("MIG configuration applied successfully")
     return 0
+
+
+def gpu_holders(index: int) -> list[int]:
+    """The processes that have the GPU's device node open."""
+    node = str(STATE_DIR / "dev" / f"nvidia{index}")
+    pids = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(os.readlink(fd) == node for fd in fd_dir.iterdir()):
+                pids.append(int(fd_dir.parent.name))
+        except OSError:  # the process ended, or it is not ours to read
+            continue
+    return sorted(pids)
 
 
 def nvidia_smi(argv: list[str]) -> int:
