@@ -55,23 +55,34 @@ def credentials() -> Credentials:
 
 
 class Client:
-    def __init__(self, creds: Credentials, timeout: float = 30) -> None:
+    """``retry_seconds``: how long a refused or reset connection is retried. The lab's one emulator restarts (for
+    a second or two) when a lab is added or removed, and labs run side by side (the lab tests and the Molecule
+    scenarios); a real BMC that resets its web server is the same case."""
+
+    def __init__(self, creds: Credentials, timeout: float = 30, retry_seconds: float = 30) -> None:
         self.creds = creds
         self.timeout = timeout
+        self.retry_seconds = retry_seconds
         token = base64.b64encode(f"{creds.user}:{creds.password}".encode()).decode()
         self.headers = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.creds.url + path, data=data, method=method, headers=self.headers)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:300]
-            raise RedfishError(f"{method} {path}: HTTP {exc.code} {detail}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise RedfishError(f"{method} {path}: {exc}") from None
+        deadline = time.monotonic() + self.retry_seconds
+        while True:
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    raw = resp.read()
+                break
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode(errors="replace")[:300]
+                raise RedfishError(f"{method} {path}: HTTP {exc.code} {detail}") from None
+            except (urllib.error.URLError, OSError) as exc:
+                reason = getattr(exc, "reason", exc)
+                if not isinstance(reason, ConnectionError) or time.monotonic() >= deadline:
+                    raise RedfishError(f"{method} {path}: {exc}") from None
+                time.sleep(0.5)  # the emulator is restarting: the same request again
         return json.loads(raw) if raw.strip() else {}
 
     def systems(self) -> list[str]:
@@ -127,7 +138,7 @@ def _write_config(uuids: list[str], creds: Credentials) -> Path:
 def ensure_emulator(uuids: list[str], progress: Any) -> Client:
     """A running emulator serving exactly ``uuids``; started (or restarted, if the lab started it) as needed."""
     creds = credentials()
-    client = Client(creds, timeout=10)
+    client = Client(creds, timeout=10, retry_seconds=0)
     ours = started_daemons().get("sushy")
     state = lab_dir() / "sushy.state.json"
     wanted = sorted(uuids)

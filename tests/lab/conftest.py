@@ -9,11 +9,13 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
+from tests.lab import molecule_runner
 
 NEEDED = ["qemu-system-x86_64", "qemu-img", "debootstrap", "sfdisk", "mkfs.ext4", "virsh", "libvirtd", "ssh"]
 
@@ -34,6 +36,40 @@ def repo() -> Path:
     return REPO
 
 
+@pytest.fixture(scope="session", autouse=True)
+def molecule_scenarios(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[tuple[int, str, float]]]]:
+    """The selected roles' Molecule scenarios, started when the lab session starts and run beside the other lab
+    tests, ``GPUFLEET_MOLECULE_JOBS`` at a time (default 2). Under software emulation the lab is bound by guest
+    CPU: side by side, the hosts keep both cores busy through each other's boots, reboots and controller-side
+    work. Each scenario's host is its own lab (prefix ``mol<role>``); test_molecule.py waits for the results."""
+    from gpufleet.lab.config import lab_lock
+    from gpufleet.lab.image import ensure_image
+
+    selected = [
+        item.callspec.params["role"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_molecule_scenario"
+    ]
+    if not selected:
+        yield {}
+        return
+    require_virtualization()
+    with lab_lock(print):  # built once, before the scenarios' `lab up`s and the other tests ask for it
+        ensure_image(progress=lambda m: print(m, flush=True))
+    jobs = max(1, int(os.environ.get("GPUFLEET_MOLECULE_JOBS", "2")))
+    selected.sort(key=lambda role: not molecule_runner.may_reboot(role))  # longest first
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {
+            role: pool.submit(molecule_runner.run_scenario, role, tmp_path_factory.mktemp(f"molecule-{role}"))
+            for role in selected
+        }
+        yield futures
+        for future in futures.values():  # never leave a scenario (and its lab host) running after the tests
+            future.cancel()
+
+
 @pytest.fixture(scope="class")
 def lab_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """Two fresh lab hosts (prefix `test`), their inventory, torn down afterwards."""
@@ -52,3 +88,25 @@ def lab_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         yield {"lab": lab, "result": result, "inventory": inventory, "log": lines}
     finally:
         lab.down()
+
+
+_durations: dict[str, float] = {}
+_failed: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each lab test's time (set-up, call and tear-down), for the record below."""
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+    if report.failed:
+        _failed.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A passing run of the whole lab suite keeps its times in build/timings/make-test-lab.json (`make bench`)."""
+    from gpufleet.lab.job import record
+
+    ran = [nodeid for nodeid in _durations if nodeid.startswith("tests/lab/")]
+    if exitstatus != 0 or _failed or len(ran) < 10:  # a selection or a failed run is not the suite's figure
+        return
+    tests = {nodeid.removeprefix("tests/lab/"): round(s, 1) for nodeid, s in _durations.items() if s >= 1}
+    record("make-test-lab", {"tests": tests, "total_seconds": round(sum(_durations.values()))}, REPO)

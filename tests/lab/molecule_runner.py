@@ -1,0 +1,52 @@
+"""Running the roles' Molecule scenarios (used by tests/lab/conftest.py, which starts them, and test_molecule.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import REPO
+
+ROLES = sorted(p.parent.parent.parent.name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
+SLOW_MARK = "# gpufleet: slow"  # in a scenario's converge.yml: it runs in `make test-slow` only
+# nvidia_driver under software emulation: DKMS conftests ~35 min, compiling the open modules ~45 min, two
+# update-initramfs runs ~10 min each, then the re-converge and verify.
+SLOW_LIMIT_S = 3 * 3600
+
+
+def slow(role: str) -> bool:
+    return SLOW_MARK in (REPO / "roles" / role / "molecule/default/converge.yml").read_text()
+
+
+def may_reboot(role: str) -> bool:
+    """Scenarios whose converge may reboot the host take about twice as long as the others."""
+    return slow(role) or "reboot" in (REPO / "roles" / role / "molecule/default/converge.yml").read_text()
+
+
+def run_scenario(role: str, work: Path) -> tuple[int, str, float]:
+    bin_dir = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+        "MOLECULE_EPHEMERAL_DIRECTORY": str(work / "ephemeral"),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "NO_COLOR": "1",
+    }
+    started = time.monotonic()
+    log = work / "molecule.log"  # written as the scenario runs: `tail -f` it to follow a long scenario
+    with log.open("w") as out:
+        proc = subprocess.run(
+            [str(bin_dir / "molecule"), "test", "--scenario-name", "default"],
+            cwd=REPO / "roles" / role,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=SLOW_LIMIT_S if slow(role) else 2400,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    return proc.returncode, log.read_text(), time.monotonic() - started
