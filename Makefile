@@ -9,6 +9,9 @@ STAMP := $(VENV)/.gpufleet-installed
 # Tools run from the project's virtualenv (ansible-lint also looks for ansible there).
 export PATH := $(abspath $(BIN)):$(PATH)
 
+# When this make started (before any prerequisite): `make test` and `make lab` report their whole time from it.
+STARTED := $(shell date +%s)
+
 .PHONY: help setup test test-slow lint bench lab lab-down clean
 
 help:
@@ -43,6 +46,9 @@ lint: setup
 test: setup lint
 	$(BIN)/python -m pytest -n auto -m "not slow" tests/unit tests/infra tests/ansible
 	$(BIN)/python -m pytest -m "not slow" --durations=0 --durations-min=60 tests/lab
+	@$(BIN)/python -c "import time; from pathlib import Path; from gpufleet.lab.job import record; \
+	  s = time.time() - $(STARTED); record('make-test', {'total_seconds': round(s)}, Path('.')); \
+	  print(f'make test passed in {s / 60:.1f} min (kept in build/timings/make-test.json for make bench)')"
 
 # pytest exits 5 when no test is selected; say so rather than fail. -s prints each scenario's wall time.
 test-slow: setup
@@ -52,11 +58,10 @@ test-slow: setup
 bench: setup
 	$(BIN)/python benchmarks/run.py
 
-# The local bare-metal lab: up (image cached), converge with ansible/site.yml, verify; it stays running.
+# The local bare-metal lab: up (image cached), converge with ansible/site.yml, verify, then each phase's time and
+# the total (from the start of make, setup included); it stays running.
 lab: setup
-	$(BIN)/gpufleet lab up
-	$(BIN)/gpufleet lab converge
-	$(BIN)/gpufleet lab verify
+	$(BIN)/gpufleet lab run --since $(STARTED)
 
 lab-down: setup
 	$(BIN)/gpufleet lab down

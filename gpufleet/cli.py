@@ -653,7 +653,7 @@ def _render_topology(p: Any, facts: dict[str, Any]) -> None:
 
 # -- lab -------------------------------------------------------------------------------------------------------
 
-LAB_STACK = "lab-local"
+from gpufleet.lab.config import LAB_STACK  # noqa: E402
 
 
 def _stamp(to_stderr: bool = False) -> Any:
@@ -802,6 +802,46 @@ def lab_converge(
         out.print(f"site.yml {'(check mode) ' if check else ''}finished in {result.seconds:.0f} s, rc={result.rc}")
     if result.rc:
         raise typer.Exit(result.rc if result.rc in (1, 2) else 1)
+
+
+@lab_app.command("run")
+def lab_run(
+    hosts: HostsOpt = 2,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Recreate the hosts from the image first.")] = False,
+    since: Annotated[
+        float | None,
+        typer.Option("--since", help="When `make lab` started (epoch seconds): the time before is shown as setup."),
+    ] = None,
+    root: RootOpt = None,
+) -> None:
+    """The main job on the lab, as `make lab` runs it: up, converge (ansible/site.yml), verify, then the time of
+    each phase (image, boot to SSH, converge, reboot, verify) and the total. Exit 1 when a host differs from its
+    plan, the converge's exit code when it fails. The figures are kept in build/timings/make-lab.json."""
+    import time
+
+    from gpufleet.lab import LabError
+    from gpufleet.lab.job import record, run_main_job
+    from gpufleet.spec import find_project_root
+
+    project = root or find_project_root()
+    inventory = _lab_inventory(root)
+    setup = max(0.0, time.time() - since) if since else None
+    say = _stamp()
+    try:
+        result = run_main_job(project, inventory, _lab(hosts), say, setup_seconds=setup, fresh=fresh)
+    except LabError as exc:
+        err.print(f"[red]lab up failed:[/red] {exc}", markup=True)
+        raise typer.Exit(EXIT_INVALID) from None
+    for r in result.reports:
+        out.print(r.render(), markup=False)
+    record("make-lab", result.to_dict(), project)
+    out.print("lab phases:", markup=False)
+    out.print(result.table(), markup=False, highlight=False)
+    if result.converge_rc:
+        out.print(f"site.yml failed (rc={result.converge_rc}); its log is in ~/.cache/gpufleet/lab/logs/")
+        raise typer.Exit(result.converge_rc if result.converge_rc in (1, 2) else 1)
+    if not result.ok:
+        raise typer.Exit(EXIT_INVALID)
 
 
 @lab_app.command("verify")

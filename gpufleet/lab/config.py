@@ -72,3 +72,6 @@ DOMAIN_PREFIX = "gpufleet-"
 def host_uuid(name: str) -> str:
     """A fixed UUID per host name (the BMC addresses hosts by it)."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpufleet-lab:{name}"))
+
+
+LAB_STACK = "lab-local"  # the stack whose bare-metal group the lab is (Pulumi.lab-local.yaml)

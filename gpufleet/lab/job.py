@@ -1,0 +1,110 @@
+"""The lab's main job, timed by phase: up (image, boot to SSH) -> converge (ansible/site.yml) -> verify.
+
+``gpufleet lab run`` (what ``make lab`` runs) and the lab benchmark both call :func:`run_main_job`; its phases are
+printed at the end and kept in ``build/timings/`` so that ``make bench`` can show the last figures.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gpufleet.lab import Lab, LabError
+from gpufleet.lab.ansible_run import run_playbook
+from gpufleet.lab.config import LAB_STACK
+from gpufleet.lab.report import HostReport, lab_report
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Phase:
+    name: str
+    seconds: float
+    note: str = ""
+
+
+@dataclass
+class JobResult:
+    phases: list[Phase]
+    total_seconds: float
+    accel: str
+    converge_rc: int
+    reports: list[HostReport] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.converge_rc == 0 and bool(self.reports) and all(r.ok for r in self.reports)
+
+    def table(self) -> str:
+        width = max(len(p.name) for p in [*self.phases, Phase("total", 0)])
+        lines = [f"  {p.name.ljust(width)}  {p.seconds:6.0f} s  {p.note}".rstrip() for p in self.phases]
+        lines.append(f"  {'total'.ljust(width)}  {self.total_seconds:6.0f} s  ({self.accel})")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {
+            "phases": [asdict(p) for p in self.phases],
+            "total_seconds": round(self.total_seconds, 1),
+            "accel": self.accel,
+            "ok": self.ok,
+        }
+
+
+def run_main_job(
+    project: Path,
+    inventory: Path,
+    lab: Lab,
+    progress: Progress,
+    setup_seconds: float | None = None,
+    fresh: bool = False,
+) -> JobResult:
+    """Bring the lab up, converge it with ansible/site.yml and verify it, timing each phase."""
+    started = time.monotonic()
+    phases: list[Phase] = []
+    if setup_seconds is not None:
+        phases.append(Phase("setup (make setup)", setup_seconds))
+    up = lab.up(inventory=inventory, fresh=fresh)
+    phases.append(Phase("image", up.image_seconds, "built" if up.image_built else "cached"))
+    boot = max(up.boot_seconds.values(), default=0.0)
+    phases.append(Phase("boot to SSH", boot, f"{len(up.hosts)} hosts side by side" if boot else "already running"))
+    phases.append(Phase("lab up, other", max(0.0, up.total_seconds - up.image_seconds - boot), "libvirt, Redfish"))
+    converge = run_playbook(project / "ansible/site.yml", inventory, {"gpufleet_stack": LAB_STACK}, progress=progress)
+    reboot = converge.seconds_of("reboot")
+    phases.append(Phase("converge (site.yml)", converge.seconds - reboot, f"rc={converge.rc}"))
+    phases.append(Phase("reboot", reboot, "in the converge" if reboot >= 1 else "none needed"))
+    reports: list[HostReport] = []
+    if converge.rc == 0:
+        verify_started = time.monotonic()
+        reports = lab_report(inventory, LAB_STACK)
+        phases.append(Phase("verify", time.monotonic() - verify_started, "ok" if all(r.ok for r in reports) else ""))
+    return JobResult(phases, time.monotonic() - started + (setup_seconds or 0.0), up.accel.name, converge.rc, reports)
+
+
+def record(name: str, data: dict, project: Path) -> Path:
+    """Keep a timing record under build/timings/ (git-ignored), for ``make bench`` to show."""
+    path = project / "build" / "timings" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {**data, "recorded": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": _machine()}
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def load_record(name: str, project: Path) -> dict | None:
+    try:
+        return json.loads((project / "build" / "timings" / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _machine() -> str:
+    import os
+
+    return f"{platform.node()}, {os.cpu_count()} cores, {platform.release()}"
+
+
+__all__ = ["JobResult", "LabError", "Phase", "load_record", "record", "run_main_job"]
