@@ -361,6 +361,9 @@ def write_inventory(path: Path, hosts: list[virt.LabHost], result: UpResult, gro
                 "ansible_python_interpreter": "/usr/bin/python3",
                 # the same throw-away host keys for Mitogen's connection (it checks them itself, not through ssh)
                 "ansible_host_key_checking": False,
+                # Mitogen's connection timeout covers its whole start on the host (ssh, Python, its bootstrap), not
+                # only the TCP connect: an emulated host busy beside three others took over Ansible's default 10 s
+                "ansible_timeout": 120,
             },
             "children": {group: {"hosts": entries}},
         }
