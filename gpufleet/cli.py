@@ -773,6 +773,12 @@ def lab_down(hosts: HostsOpt = 2, prefix: PrefixOpt = "lab") -> None:
     out.print("lab down")
 
 
+def _playbook_exit(rc: int) -> typer.Exit:
+    """A failed playbook's exit: 1 (a task failed) and 2 (a host unreachable or failed) as ansible-playbook gives
+    them, 1 for anything else."""
+    return typer.Exit(rc if rc in (1, 2) else 1)
+
+
 @lab_app.command("converge")
 def lab_converge(
     check: Annotated[bool, typer.Option("--check", help="Ansible check mode: report, change nothing.")] = False,
@@ -801,7 +807,7 @@ def lab_converge(
             out.print(f"{host}: " + " ".join(f"{k}={v}" for k, v in counts.items()), markup=False)
         out.print(f"site.yml {'(check mode) ' if check else ''}finished in {result.seconds:.0f} s, rc={result.rc}")
     if result.rc:
-        raise typer.Exit(result.rc if result.rc in (1, 2) else 1)
+        raise _playbook_exit(result.rc)
 
 
 @lab_app.command("run")
@@ -839,7 +845,7 @@ def lab_run(
     out.print(result.table(), markup=False, highlight=False)
     if result.converge_rc:
         out.print(f"site.yml failed (rc={result.converge_rc}); its log is in ~/.cache/gpufleet/lab/logs/")
-        raise typer.Exit(result.converge_rc if result.converge_rc in (1, 2) else 1)
+        raise _playbook_exit(result.converge_rc)
     if not result.ok:
         raise typer.Exit(EXIT_INVALID)
 

@@ -98,14 +98,15 @@ def run_playbook(
         for line in proc.stdout:
             f.write(line)
             lines.append(line)
+            header = line.strip().rstrip("*").strip()  # "TASK [name]", "PLAY RECAP", ...
             if line.startswith(("TASK [", "PLAY RECAP")):  # a task ends where the next one (or the recap) starts
                 now = time.monotonic()
                 if task:
                     tasks.append((task, now - task_started))
-                task = line[6:].strip().rstrip("*").strip().removesuffix("]") if line.startswith("TASK [") else ""
+                task = header.removeprefix("TASK [").removesuffix("]") if line.startswith("TASK [") else ""
                 task_started = now
-            if progress and (line.startswith("TASK [") or line.startswith("PLAY [") or line.startswith("fatal:")):
-                progress(line.strip().rstrip("*").strip())
+            if progress and line.startswith(("TASK [", "PLAY [", "fatal:")):
+                progress(header)
         rc = proc.wait()
     output = "".join(lines)
     return PlaybookResult(rc, parse_recap(output), time.monotonic() - started, log, output, tasks)

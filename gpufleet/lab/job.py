@@ -7,13 +7,14 @@ printed at the end and kept in ``build/timings/`` so that ``make bench`` can sho
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from gpufleet.lab import Lab, LabError
+from gpufleet.lab import Lab
 from gpufleet.lab.ansible_run import run_playbook
 from gpufleet.lab.config import LAB_STACK
 from gpufleet.lab.report import HostReport, lab_report
@@ -102,9 +103,4 @@ def load_record(name: str, project: Path) -> dict | None:
 
 
 def _machine() -> str:
-    import os
-
     return f"{platform.node()}, {os.cpu_count()} cores, {platform.release()}"
-
-
-__all__ = ["JobResult", "LabError", "Phase", "load_record", "record", "run_main_job"]

@@ -13,8 +13,7 @@ import pytest
 from tests.conftest import REPO
 from tests.lab import molecule_runner as runner
 
-ROLES, SLOW_MARK = runner.ROLES, runner.SLOW_MARK
-_slow = runner.slow
+ROLES = runner.ROLES
 
 
 def _included_roles(role: str) -> set[str]:
@@ -38,7 +37,7 @@ def test_every_role_has_a_molecule_scenario_from_the_template():
         assert "that: true" not in (scenario / "verify.yml").read_text()
 
 
-@pytest.mark.parametrize("role", [pytest.param(r, marks=pytest.mark.slow) if _slow(r) else r for r in ROLES])
+@pytest.mark.parametrize("role", [pytest.param(r, marks=pytest.mark.slow) if runner.slow(r) else r for r in ROLES])
 def test_molecule_scenario(role: str, molecule_scenarios: dict[str, Future[tuple[int, str, float]]]):
     returncode, output, seconds = molecule_scenarios[role].result()
     print(f"molecule test ({role}): {seconds:.0f} s")
