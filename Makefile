@@ -59,9 +59,11 @@ bench: setup
 	$(BIN)/python benchmarks/run.py
 
 # The local bare-metal lab: up (image cached), converge with ansible/site.yml, verify, then each phase's time and
-# the total (from the start of make, setup included); it stays running.
+# the total (from the start of make, setup included); it stays running. LAB_ARGS passes options to
+# `gpufleet lab run` (e.g. LAB_ARGS="--hosts 3 --fresh"; the lab tests run it on their own hosts with --prefix).
+LAB_ARGS ?=
 lab: setup
-	$(BIN)/gpufleet lab run --since $(STARTED)
+	$(BIN)/gpufleet lab run --since $(STARTED) $(LAB_ARGS)
 
 lab-down: setup
 	$(BIN)/gpufleet lab down

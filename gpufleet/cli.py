@@ -818,11 +818,16 @@ def lab_run(
         float | None,
         typer.Option("--since", help="When `make lab` started (epoch seconds): the time before is shown as setup."),
     ] = None,
+    prefix: PrefixOpt = "lab",
+    inventory: Annotated[
+        Path | None, typer.Option("--inventory", help="Where to write the inventory (default: the lab-local stack's).")
+    ] = None,
     root: RootOpt = None,
 ) -> None:
     """The main job on the lab, as `make lab` runs it: up, converge (ansible/site.yml), verify, then the time of
     each phase (image, boot to SSH, converge, reboot, verify) and the total. Exit 1 when a host differs from its
-    plan, the converge's exit code when it fails. The figures are kept in build/timings/make-lab.json."""
+    plan, the converge's exit code when it fails. The figures are kept in build/timings/make-lab.json
+    (lab-run-<prefix>.json for another --prefix)."""
     import time
 
     from gpufleet.lab import LabError
@@ -830,17 +835,17 @@ def lab_run(
     from gpufleet.spec import find_project_root
 
     project = root or find_project_root()
-    inventory = _lab_inventory(root)
+    inventory = inventory or _lab_inventory(root)
     setup = max(0.0, time.time() - since) if since else None
     say = _stamp()
     try:
-        result = run_main_job(project, inventory, _lab(hosts), say, setup_seconds=setup, fresh=fresh)
+        result = run_main_job(project, inventory, _lab(hosts, prefix), say, setup_seconds=setup, fresh=fresh)
     except LabError as exc:
         err.print(f"[red]lab up failed:[/red] {exc}", markup=True)
         raise typer.Exit(EXIT_INVALID) from None
     for r in result.reports:
         out.print(r.render(), markup=False)
-    record("make-lab", result.to_dict(), project)
+    record("make-lab" if prefix == "lab" else f"lab-run-{prefix}", result.to_dict(), project)
     out.print("lab phases:", markup=False)
     out.print(result.table(), markup=False, highlight=False)
     if result.converge_rc:

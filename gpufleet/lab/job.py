@@ -36,6 +36,7 @@ class JobResult:
     accel: str
     converge_rc: int
     reports: list[HostReport] = field(default_factory=list)
+    changed: dict[str, int] = field(default_factory=dict)  # the converge's changed tasks per host (its recap)
 
     @property
     def ok(self) -> bool:
@@ -53,6 +54,7 @@ class JobResult:
             "total_seconds": round(self.total_seconds, 1),
             "accel": self.accel,
             "ok": self.ok,
+            "changed": self.changed,
         }
 
 
@@ -76,14 +78,17 @@ def run_main_job(
     phases.append(Phase("lab up, other", max(0.0, up.total_seconds - up.image_seconds - boot), "libvirt, Redfish"))
     converge = run_playbook(project / "ansible/site.yml", inventory, {"gpufleet_stack": LAB_STACK}, progress=progress)
     reboot = converge.seconds_of("reboot")
-    phases.append(Phase("converge (site.yml)", converge.seconds - reboot, f"rc={converge.rc}"))
+    changed = {host: counts.get("changed", 0) for host, counts in converge.recap.items()}
+    note = f"rc={converge.rc}, changed " + ", ".join(f"{h}={n}" for h, n in sorted(changed.items()))
+    phases.append(Phase("converge (site.yml)", converge.seconds - reboot, note))
     phases.append(Phase("reboot", reboot, "in the converge" if reboot >= 1 else "none needed"))
     reports: list[HostReport] = []
     if converge.rc == 0:
         verify_started = time.monotonic()
         reports = lab_report(inventory, LAB_STACK)
         phases.append(Phase("verify", time.monotonic() - verify_started, "ok" if all(r.ok for r in reports) else ""))
-    return JobResult(phases, time.monotonic() - started + (setup_seconds or 0.0), up.accel.name, converge.rc, reports)
+    total = time.monotonic() - started + (setup_seconds or 0.0)
+    return JobResult(phases, total, up.accel.name, converge.rc, reports, changed)
 
 
 def record(name: str, data: dict, project: Path) -> Path:

@@ -7,6 +7,7 @@ after a Redfish power cycle of one host changes nothing; a host powered off mid-
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from gpufleet.lab import image, redfish, ssh
 from gpufleet.lab.ansible_run import PlaybookResult, run_playbook
+from gpufleet.lab.job import load_record
 from gpufleet.lab.report import host_report
 from gpufleet.spec import load_stack
 from tests.conftest import REPO
@@ -129,7 +131,7 @@ class TestLab:
         finally:
             remote(host, f"echo 64 > {pages}")
 
-    def test_power_cycle_through_redfish_then_reconverge_changes_nothing(self, lab_hosts):
+    def test_power_cycle_through_redfish_then_make_lab_changes_nothing_and_verifies(self, lab_hosts):
         hosts = lab_hosts["result"].hosts
         client = redfish.Client(redfish.credentials())
         cycled = hosts[0]
@@ -138,13 +140,29 @@ class TestLab:
         client.reset(cycled.uuid, "On")
         client.wait_power(cycled.uuid, "On")
         ssh.wait(image.ssh_key(), cycled.ssh_port, 420)
+        # the re-converge is the README's `make lab` (gpufleet lab run: up, site.yml, verify, phases) on these hosts
+        inventory = lab_hosts["inventory"].with_name("make-lab-hosts.yml")
         started = time.monotonic()
-        result = converge(lab_hosts)
+        proc = subprocess.run(
+            ["make", "-s", "lab", f"LAB_ARGS=--prefix test --inventory {inventory}"],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         self.state["idempotent_seconds"] = time.monotonic() - started
-        assert result.rc == 0, result.output[-3000:]
-        for h in hosts:  # the power-cycled host and the other one
-            assert result.recap[h.name]["changed"] == 0, result.output[-3000:]
-            assert result.recap[h.name]["failed"] == 0
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        record = load_record("lab-run-test", REPO)
+        assert record and record["ok"], record
+        assert record["changed"] == {h.name: 0 for h in hosts}, proc.stdout[-3000:]  # the cycled host and the other
+        phases = {p["name"]: p for p in record["phases"]}
+        assert phases["image"]["note"] == "cached" and phases["boot to SSH"]["note"] == "already running"
+        assert phases["reboot"]["note"] == "none needed" and phases["verify"]["note"] == "ok"
+        for name in ("setup (make setup)", "converge (site.yml)", "verify", "total"):
+            assert name in proc.stdout, proc.stdout[-3000:]  # the phase table a user reads at the end
+        for h in hosts:  # each host's state against its plan, as printed
+            assert f"{h.name} (127.0.0.1:{h.ssh_port})  OK" in proc.stdout, proc.stdout[-3000:]
 
     def test_nvidia_driver_check_mode_reports_the_install_and_changes_nothing(self, lab_hosts):
         """The driver role in check mode on a converged host (Debian's packages; `make test-slow` installs them)."""
