@@ -860,9 +860,10 @@ def lab_verify(as_json: JsonOpt = False, root: RootOpt = None) -> None:
     """Each lab host's real state against its plan: NUMA nodes, /proc/cmdline, hugepages, VFs, kubelet pinning.
     Exit 1 when a host differs from its plan."""
     from gpufleet.lab.report import lab_report
+    from gpufleet.spec import find_project_root
 
     inventory = _lab_inventory(root)
-    reports = lab_report(inventory, LAB_STACK)
+    reports = lab_report(inventory, LAB_STACK, root or find_project_root())
     if as_json:
         _emit_json([r.to_dict() for r in reports])
     else:

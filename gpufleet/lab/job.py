@@ -85,7 +85,7 @@ def run_main_job(
     reports: list[HostReport] = []
     if converge.rc == 0:
         verify_started = time.monotonic()
-        reports = lab_report(inventory, LAB_STACK)
+        reports = lab_report(inventory, LAB_STACK, project)
         phases.append(Phase("verify", time.monotonic() - verify_started, "ok" if all(r.ok for r in reports) else ""))
     total = time.monotonic() - started + (setup_seconds or 0.0)
     return JobResult(phases, total, up.accel.name, converge.rc, reports, changed)

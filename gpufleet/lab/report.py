@@ -133,14 +133,15 @@ def host_report(name: str, port: int, key: Path, profile: Any) -> HostReport:
     return report
 
 
-def lab_report(inventory: Path, stack_name: str) -> list[HostReport]:
-    """A report per host of the lab inventory, against the plan of the stack's tuning profile."""
-    from gpufleet.spec import find_project_root, load_stack, resolve_stack
+def lab_report(inventory: Path, stack_name: str, project: Path) -> list[HostReport]:
+    """A report per host of the lab inventory, against the plan of the stack's tuning profile (the stack is the
+    project's: the inventory may be written anywhere, e.g. by ``lab run --inventory``)."""
+    from gpufleet.spec import load_stack, resolve_stack
 
     doc, errors = read_yaml(inventory)
     if errors:
         raise RuntimeError(str(errors[0]))
-    stack = load_stack(resolve_stack(stack_name, find_project_root(inventory.parent))).stack
+    stack = load_stack(resolve_stack(stack_name, project)).stack
     assert stack is not None and stack.baremetal is not None
     reports = []
     for group in stack.baremetal.host_groups:

@@ -35,3 +35,17 @@ def test_the_record_round_trips_with_the_changed_counts(tmp_path: Path) -> None:
     assert data["changed"] == {"lab-1": 3} and data["total_seconds"] == 88.6 and data["ok"] is False
     assert data["phases"][0] == {"name": "image", "seconds": 0.0, "note": "cached"}
     assert load_record("missing", tmp_path) is None
+
+
+def test_the_report_reads_the_projects_stack_for_an_inventory_written_elsewhere(tmp_path: Path) -> None:
+    """`gpufleet lab run --inventory /elsewhere` (as the lab suite runs `make lab`): the plan comes from the project,
+    not from where the inventory lies. The host here is not listening, so it reports itself unreachable."""
+    from gpufleet.lab.report import lab_report
+    from tests.conftest import REPO
+
+    inventory = tmp_path / "hosts.yml"
+    host = {"ansible_port": 1, "ansible_ssh_private_key_file": str(tmp_path / "no-key")}
+    group = "lab"  # Pulumi.lab-local.yaml's host group
+    inventory.write_text(f"all:\n  children:\n    {group}:\n      hosts:\n        lab-9: {host}\n")
+    [report] = lab_report(inventory, "lab-local", REPO)
+    assert report.host == "lab-9" and not report.reachable and not report.ok
