@@ -678,10 +678,9 @@ def _lab(hosts: int, prefix: str = "lab", as_json: bool = False) -> Any:
     return Lab(prefix, hosts, progress=_stamp(to_stderr=as_json))
 
 
-def _lab_inventory(root: Path | None) -> Path:
-    from gpufleet.spec import find_project_root, load_stack, resolve_stack
+def _lab_inventory(project: Path) -> Path:
+    from gpufleet.spec import load_stack, resolve_stack
 
-    project = root or find_project_root()
     loaded = load_stack(resolve_stack(LAB_STACK, project))
     if loaded.stack is None or loaded.stack.baremetal is None:
         for d in loaded.diagnostics:
@@ -709,22 +708,26 @@ PrefixOpt = Annotated[
 ]
 
 
+InventoryOpt = Annotated[
+    Path | None, typer.Option("--inventory", help="Where to write the inventory (default: the lab-local stack's).")
+]
+
+
 @lab_app.command("up")
 def lab_up(
     hosts: HostsOpt = 2,
     fresh: Annotated[bool, typer.Option("--fresh", help="Recreate the hosts from the image.")] = False,
     prefix: PrefixOpt = "lab",
-    inventory: Annotated[
-        Path | None, typer.Option("--inventory", help="Where to write the inventory (default: the lab-local stack's).")
-    ] = None,
+    inventory: InventoryOpt = None,
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
     """Build the image (cached), start libvirt and the Redfish emulator, power the hosts on through Redfish, wait
     for SSH and write inventories/lab-local/hosts.yml. Idempotent: running hosts are kept."""
     from gpufleet.lab import LabError
+    from gpufleet.spec import find_project_root
 
-    inventory = inventory or _lab_inventory(root)
+    inventory = inventory or _lab_inventory(root or find_project_root())
     try:
         result = _lab(hosts, prefix, as_json).up(inventory=inventory, fresh=fresh)
     except LabError as exc:
@@ -791,7 +794,7 @@ def lab_converge(
     from gpufleet.spec import find_project_root
 
     project = root or find_project_root()
-    inventory = _lab_inventory(root)
+    inventory = _lab_inventory(project)
     if not inventory.exists():
         raise _usage_error(f"{inventory} does not exist: run gpufleet lab up first")
     result = run_playbook(
@@ -819,9 +822,7 @@ def lab_run(
         typer.Option("--since", help="When `make lab` started (epoch seconds): the time before is shown as setup."),
     ] = None,
     prefix: PrefixOpt = "lab",
-    inventory: Annotated[
-        Path | None, typer.Option("--inventory", help="Where to write the inventory (default: the lab-local stack's).")
-    ] = None,
+    inventory: InventoryOpt = None,
     root: RootOpt = None,
 ) -> None:
     """The main job on the lab, as `make lab` runs it: up, converge (ansible/site.yml), verify, then the time of
@@ -835,7 +836,7 @@ def lab_run(
     from gpufleet.spec import find_project_root
 
     project = root or find_project_root()
-    inventory = inventory or _lab_inventory(root)
+    inventory = inventory or _lab_inventory(project)
     setup = max(0.0, time.time() - since) if since else None
     say = _stamp()
     try:
@@ -862,8 +863,8 @@ def lab_verify(as_json: JsonOpt = False, root: RootOpt = None) -> None:
     from gpufleet.lab.report import lab_report
     from gpufleet.spec import find_project_root
 
-    inventory = _lab_inventory(root)
-    reports = lab_report(inventory, LAB_STACK, root or find_project_root())
+    project = root or find_project_root()
+    reports = lab_report(_lab_inventory(project), LAB_STACK, project)
     if as_json:
         _emit_json([r.to_dict() for r in reports])
     else:
