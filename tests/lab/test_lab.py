@@ -50,6 +50,19 @@ def verify(lab_hosts: dict, strategy: str | None = None) -> PlaybookResult:
     )
 
 
+def changed_per_host(output: str, task: str) -> dict[str, int]:
+    """How many times each host reported ``changed`` for tasks whose name contains ``task``."""
+    counts: dict[str, int] = {}
+    for block in output.split("\nTASK [")[1:]:
+        header, _, body = block.partition("\n")
+        if task in header:
+            for line in body.splitlines():
+                if line.startswith("changed: ["):
+                    name = line[len("changed: [") :].split("]")[0]
+                    counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 def remote(host, command: str) -> str:
     proc = ssh.run(image.ssh_key(), host.ssh_port, command, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -94,6 +107,8 @@ class TestLab:
         for h in hosts:
             assert result.recap[h.name]["failed"] == 0 and result.recap[h.name]["unreachable"] == 0
             assert remote(h, "cat /proc/sys/kernel/random/boot_id") != boot_ids[h.name], f"{h.name} did not reboot"
+        # three roles add kernel arguments (hugepages, IOMMU; isolation has none here); grub.cfg is regenerated once
+        assert changed_per_host(result.output, "Regenerate the GRUB configuration") == {h.name: 1 for h in hosts}
 
     def test_the_hosts_real_state_equals_the_plan(self, lab_hosts):
         for h in lab_hosts["result"].hosts:
