@@ -107,7 +107,7 @@ class TestLab:
         for h in hosts:
             assert result.recap[h.name]["failed"] == 0 and result.recap[h.name]["unreachable"] == 0
             assert remote(h, "cat /proc/sys/kernel/random/boot_id") != boot_ids[h.name], f"{h.name} did not reboot"
-        # three roles add kernel arguments (hugepages, IOMMU; isolation has none here); grub.cfg is regenerated once
+        # hugepages and IOMMU add kernel arguments (isolation has none in this stack): grub.cfg is regenerated once
         assert changed_per_host(result.output, "Regenerate the GRUB configuration") == {h.name: 1 for h in hosts}
 
     def test_the_hosts_real_state_equals_the_plan(self, lab_hosts):
