@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.lab import image as image_mod
-from gpufleet.lab import redfish, ssh, virt
+from gpufleet.lab import redfish, resetd, ssh, virt
 from gpufleet.lab.accel import Accel, detect
 from gpufleet.lab.config import SSH_PORT_BASE, host_uuid, lab_dir, lab_lock
 
@@ -144,14 +144,17 @@ class Lab:
         power_on_at: dict[str, float] = {}
         if backend == "libvirt":
             for host in hosts:
-                if virt.domain_state(host) == "undefined":
-                    virt.define(host, accel)
+                virt.define(host, accel)  # a running domain takes a changed definition at its next start
             try:
                 client = redfish.ensure_emulator([h.uuid for h in self._all_lab_hosts()], say)
                 result.redfish = client.creds.url
             except redfish.RedfishUnavailable as exc:
                 result.redfish_reason = str(exc)
                 raise LabError(f"Redfish BMC unavailable: {exc}") from None
+            try:
+                resetd.ensure(say)
+            except RuntimeError as exc:
+                raise LabError(str(exc)) from None
             for host in hosts:
                 if client.power_state(host.uuid) != "On":
                     say(f"{host.name}: power On through Redfish ({client.creds.url}/redfish/v1/Systems/{host.uuid})")

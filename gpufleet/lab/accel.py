@@ -30,7 +30,7 @@ class Accel:
     def qemu_args(self) -> list[str]:
         if self.name == "kvm":
             return ["-accel", "kvm", "-cpu", "host"]
-        return ["-accel", "tcg,thread=multi", "-cpu", "max"]
+        return ["-accel", "tcg,thread=single", "-cpu", "max"]  # see virt.TCG_SINGLE_WRAPPER
 
     @property
     def libvirt_type(self) -> str:

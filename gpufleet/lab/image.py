@@ -109,8 +109,10 @@ FILES = {
     # An initramfs with only what mounts the root disk (rebuilt at the image's first boot): with Debian's default
     # MODULES=most it is 35 MB, and its udev loads every storage driver before the root is mounted (10-20 s of
     # each boot under emulation). Real hosts keep MODULES=most; the roles never depend on it.
+    # nvme (which MODULES=most includes too): the driver of the SR-IOV device's PF, bound before userspace, so that
+    # gpufleet-sriov.service makes the VFs at once instead of waiting for udev to load it (~10 s of each reboot).
     "etc/initramfs-tools/conf.d/10-lab.conf": "MODULES=list\n",
-    "etc/initramfs-tools/modules": "virtio_pci\nvirtio_blk\next4\n",
+    "etc/initramfs-tools/modules": "virtio_pci\nvirtio_blk\next4\nnvme\n",
     # one Ed25519 host key per host: ssh-keygen -A also makes an RSA key, ~20 s of a first boot under emulation
     "etc/ssh/sshd_config.d/10-lab-hostkey.conf": "HostKey /etc/ssh/ssh_host_ed25519_key\n",
     "etc/systemd/system/gpufleet-firstboot.service": FIRSTBOOT_SERVICE,

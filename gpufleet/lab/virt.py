@@ -81,7 +81,10 @@ def _pids(name: str) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-def stop_started_daemons(progress: Progress, names: tuple[str, ...] = ("sushy", "libvirtd", "virtlogd")) -> None:
+LAB_DAEMONS = ("resetd", "sushy", "libvirtd", "virtlogd")  # stopped in this order
+
+
+def stop_started_daemons(progress: Progress, names: tuple[str, ...] = LAB_DAEMONS) -> None:
     """Stop the daemons this lab started, by PID, in the given order."""
     known = started_daemons()
     for name in names:
@@ -198,10 +201,10 @@ def domain_xml(host: LabHost, accel: Accel, shape: HostShape = SHAPE) -> str:
     <numa>{"".join(cells)}</numa>
   </cpu>
   <on_poweroff>destroy</on_poweroff>
-  <on_reboot>restart</on_reboot>
+  <on_reboot>destroy</on_reboot>
   <on_crash>destroy</on_crash>
   <devices>
-    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <emulator>{emulator(accel)}</emulator>
     <disk type='file' device='disk'>
       <driver name='qemu' type='qcow2' discard='unmap'/>
       <source file='{host.disk}'/>
@@ -233,7 +236,35 @@ def qemu_device_args(host: LabHost, shape: HostShape = SHAPE) -> list[str]:
     ]  # fmt: skip
 
 
+QEMU = "/usr/bin/qemu-system-x86_64"
+# One TCG thread per VM: libvirt 9.0 passes ``-accel tcg`` (multi-threaded TCG, a thread per vCPU) and has no
+# setting for ``thread=single``, so TCG domains run QEMU through this wrapper. Measured on 2026-11-25 (2 cores,
+# both lab hosts started together): SSH up after 46-48 s with one thread per VM, 57-61 s with a thread per vCPU
+# (eight threads on two cores, whose cross-vCPU TLB flushes wait for descheduled threads). See docs/lab.md.
+TCG_SINGLE_WRAPPER = """#!/bin/sh
+# written by gpufleet lab (gpufleet/lab/virt.py): QEMU with -accel tcg,thread=single instead of -accel tcg
+for arg in "$@"; do
+  if [ "$prev" = "-accel" ] && [ "$arg" = "tcg" ]; then arg="tcg,thread=single"; fi
+  set -- "$@" "$arg"
+  shift
+  prev="$arg"
+done
+exec {qemu} "$@"
+"""
+
+
+def emulator(accel: Accel) -> str:
+    """The QEMU binary a domain runs: QEMU itself under KVM, the one-thread wrapper (``define`` writes it) under
+    TCG."""
+    return QEMU if accel.name == "kvm" else str(lab_dir() / "qemu-tcg-single")
+
+
 def define(host: LabHost, accel: Accel) -> None:
+    if accel.name != "kvm":
+        wrapper, text = Path(emulator(accel)), TCG_SINGLE_WRAPPER.replace("{qemu}", QEMU)
+        if not wrapper.exists() or wrapper.read_text() != text:
+            wrapper.write_text(text)
+            wrapper.chmod(0o755)
     path = host.disk.parent / "domain.xml"
     path.write_text(domain_xml(host, accel))
     virsh("define", str(path))
@@ -242,6 +273,15 @@ def define(host: LabHost, accel: Accel) -> None:
 def domain_state(host: LabHost) -> str:
     proc = virsh("domstate", host.domain, check=False, timeout=60)
     return proc.stdout.strip() if proc.returncode == 0 else "undefined"
+
+
+def domain_pid(host: LabHost) -> int | None:
+    """The PID of a running domain's QEMU process (libvirt's pid file), else None."""
+    try:
+        pid = int((Path("/run/libvirt/qemu") / f"{host.domain}.pid").read_text())
+    except (OSError, ValueError):
+        return None
+    return pid if alive(pid) else None
 
 
 def remove_domain(host: LabHost) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.lab import image, redfish, ssh
+from gpufleet.lab import image, redfish, ssh, virt
 from gpufleet.lab.ansible_run import PlaybookResult, run_playbook
 from gpufleet.lab.job import load_record
 from gpufleet.lab.report import host_report
@@ -100,6 +100,7 @@ class TestLab:
     def test_first_converge_reboots_into_the_plan(self, lab_hosts):
         hosts = lab_hosts["result"].hosts
         boot_ids = {h.name: remote(h, "cat /proc/sys/kernel/random/boot_id") for h in hosts}
+        qemu_pids = {h.name: virt.domain_pid(h) for h in hosts}
         started = time.monotonic()
         result = converge(lab_hosts)
         self.state["first_converge_seconds"] = time.monotonic() - started
@@ -107,6 +108,8 @@ class TestLab:
         for h in hosts:
             assert result.recap[h.name]["failed"] == 0 and result.recap[h.name]["unreachable"] == 0
             assert remote(h, "cat /proc/sys/kernel/random/boot_id") != boot_ids[h.name], f"{h.name} did not reboot"
+            # the guest's reboot went through the lab's reset line: a new QEMU process (gpufleet/lab/resetd.py)
+            assert None is not virt.domain_pid(h) != qemu_pids[h.name], f"{h.name} rebooted in its old QEMU process"
         # hugepages and IOMMU add kernel arguments (isolation has none in this stack): grub.cfg is regenerated once
         assert changed_per_host(result.output, "Regenerate the GRUB configuration") == {h.name: 1 for h in hosts}
 
