@@ -27,10 +27,17 @@ class Accel:
     reason: str
 
     @property
+    def tcg_single_thread(self) -> bool:
+        """One TCG thread per VM (see virt.TCG_SINGLE_WRAPPER): faster when the lab's VMs outnumber the cores, as in
+        ``make test``. ``GPUFLEET_LAB_TCG_THREADS=multi`` gives each vCPU its own thread instead, for one VM with
+        parallel work on an otherwise idle machine (``make test-slow``'s DKMS build)."""
+        return self.name != "kvm" and os.environ.get("GPUFLEET_LAB_TCG_THREADS", "single") != "multi"
+
+    @property
     def qemu_args(self) -> list[str]:
         if self.name == "kvm":
             return ["-accel", "kvm", "-cpu", "host"]
-        return ["-accel", "tcg,thread=single", "-cpu", "max"]  # see virt.TCG_SINGLE_WRAPPER
+        return ["-accel", "tcg,thread=single" if self.tcg_single_thread else "tcg,thread=multi", "-cpu", "max"]
 
     @property
     def libvirt_type(self) -> str:

@@ -26,6 +26,9 @@ PACKAGES = [
     "linux-image-amd64", "systemd-sysv", "udev", "dbus", "kmod", "initramfs-tools", "procps", "iproute2",
     "openssh-server", "python3", "sudo", "grub-pc", "numactl", "pciutils", "nvme-cli", "irqbalance",
     "python3-yaml",  # read by the lab's GPU test double (tests/lab/standins/fake_nvidia.py), as mig-parted reads YAML
+    # Ansible's apt module (Debian's standard install has it, through apt-listchanges): the module installs it when
+    # missing and then restarts Python, which the Mitogen strategy cannot (the roles install it first themselves)
+    "python3-apt",
 ]  # fmt: skip
 RECIPE_VERSION = 2  # bump when the customization below changes in a way the hash would not see
 TOOLS = {

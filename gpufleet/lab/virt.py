@@ -254,13 +254,13 @@ exec {qemu} "$@"
 
 
 def emulator(accel: Accel) -> str:
-    """The QEMU binary a domain runs: QEMU itself under KVM, the one-thread wrapper (``define`` writes it) under
-    TCG."""
-    return QEMU if accel.name == "kvm" else str(lab_dir() / "qemu-tcg-single")
+    """The QEMU binary a domain runs: the one-thread wrapper (``define`` writes it) under TCG unless
+    ``GPUFLEET_LAB_TCG_THREADS=multi``, QEMU itself otherwise."""
+    return str(lab_dir() / "qemu-tcg-single") if accel.tcg_single_thread else QEMU
 
 
 def define(host: LabHost, accel: Accel) -> None:
-    if accel.name != "kvm":
+    if accel.tcg_single_thread:
         wrapper, text = Path(emulator(accel)), TCG_SINGLE_WRAPPER.replace("{qemu}", QEMU)
         if not wrapper.exists() or wrapper.read_text() != text:
             wrapper.write_text(text)

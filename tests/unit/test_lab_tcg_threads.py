@@ -1,0 +1,37 @@
+"""How many TCG threads a lab VM gets: one per VM, or one per vCPU for make test-slow (gpufleet/lab/accel.py)."""
+
+from __future__ import annotations
+
+from gpufleet.lab import virt
+from gpufleet.lab.accel import Accel
+
+TCG = Accel("tcg", "no KVM")
+KVM = Accel("kvm", "probe booted")
+
+
+def test_tcg_runs_one_thread_per_vm_by_default(monkeypatch, tmp_path):
+    monkeypatch.delenv("GPUFLEET_LAB_TCG_THREADS", raising=False)
+    monkeypatch.setenv("GPUFLEET_CACHE", str(tmp_path))
+    assert TCG.qemu_args[:2] == ["-accel", "tcg,thread=single"]
+    assert virt.emulator(TCG) == str(tmp_path / "lab" / "qemu-tcg-single")  # libvirt cannot set thread=single
+    assert f"<emulator>{virt.emulator(TCG)}</emulator>" in virt.domain_xml(_host(tmp_path), TCG)
+
+
+def test_make_test_slow_asks_for_a_thread_per_vcpu(monkeypatch):
+    monkeypatch.setenv("GPUFLEET_LAB_TCG_THREADS", "multi")
+    assert TCG.qemu_args[:2] == ["-accel", "tcg,thread=multi"]
+    assert virt.emulator(TCG) == virt.QEMU
+
+
+def test_kvm_runs_qemu_itself(monkeypatch):
+    monkeypatch.delenv("GPUFLEET_LAB_TCG_THREADS", raising=False)
+    assert virt.emulator(KVM) == virt.QEMU and KVM.qemu_args[:2] == ["-accel", "kvm"]
+
+
+def test_a_reset_stops_the_domain_for_the_reset_daemon_to_start_again(tmp_path):
+    assert "<on_reboot>destroy</on_reboot>" in virt.domain_xml(_host(tmp_path), KVM)
+
+
+def _host(tmp_path):
+    d = tmp_path / "lab-1"
+    return virt.LabHost("lab-1", "uuid-1", 22221, d / "disk.qcow2", d / "ns.img", d / "serial.log")
