@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
 import sys
 import time
 import urllib.error
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.lab.config import REDFISH_PORT, lab_dir
-from gpufleet.lab.virt import URI, alive, record_daemon, started_daemons
+from gpufleet.lab.virt import URI, alive, start_daemon, started_daemons
 
 RESET_TYPES = ("On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "PowerCycle")
 
@@ -164,24 +163,18 @@ def ensure_emulator(uuids: list[str], progress: Any) -> Client:
         except RedfishError:
             pass
     config = _write_config(wanted, creds)
-    log = (lab_dir() / "sushy.log").open("a")
-    proc = subprocess.Popen(
-        [_emulator(), "--config", str(config)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    record_daemon("sushy", proc.pid)
-    state.write_text(json.dumps({"uuids": wanted}))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RedfishUnavailable(f"sushy-emulator exited ({proc.returncode}); see {lab_dir() / 'sushy.log'}")
+
+    def answers(_pid: int) -> bool:
         try:
             client.systems()
-            progress(f"Redfish emulator on {creds.url} (pid {proc.pid})")
-            return Client(creds)
         except RedfishError:
-            time.sleep(0.5)
-    raise RedfishUnavailable(f"sushy-emulator did not answer in 60 s; see {lab_dir() / 'sushy.log'}")
+            return False
+        return True
+
+    state.write_text(json.dumps({"uuids": wanted}))
+    try:
+        pid = start_daemon("sushy", [_emulator(), "--config", str(config)], answers, seconds=60)
+    except RuntimeError as exc:
+        raise RedfishUnavailable(f"sushy-emulator: {exc}") from None
+    progress(f"Redfish emulator on {creds.url} (pid {pid})")
+    return Client(creds)

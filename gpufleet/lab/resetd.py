@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.lab.config import DOMAIN_PREFIX, lab_dir
-from gpufleet.lab.virt import URI, alive, record_daemon, started_daemons
+from gpufleet.lab.virt import URI, alive, start_daemon, started_daemons
 
 RESTART_REASONS = frozenset({"guest-reset", "host-qmp-system-reset"})
 STOP_WAIT_SECONDS = 60  # how long a reset domain may take to stop before it is started again
@@ -72,15 +71,15 @@ def _start_again(conn: Any, name: str) -> None:
         _log(f"{name}: could not be started again after its reset: {exc}")
 
 
-def _listen() -> Any:
-    """A connection whose QEMU ``SHUTDOWN`` events restart reset lab domains; ``closed`` is set when libvirtd goes
-    away (e.g. ``lab up`` restarts it with a new qemu.conf)."""
+def _listen() -> tuple[Any, threading.Event]:
+    """A connection whose QEMU ``SHUTDOWN`` events restart reset lab domains, and an event set when libvirtd closes
+    it (e.g. ``lab up`` restarts libvirtd with a new qemu.conf)."""
     import libvirt
     import libvirt_qemu
 
     conn = libvirt.open(URI)
-    conn.closed = threading.Event()
-    conn.registerCloseCallback(lambda c, reason, opaque: opaque.set(), conn.closed)
+    closed = threading.Event()
+    conn.registerCloseCallback(lambda _c, _reason, _opaque: closed.set(), None)
 
     def on_event(_conn: Any, dom: Any, event: str, _s: int, _us: int, details: str | None, _opaque: Any) -> None:
         name = dom.name()
@@ -90,30 +89,39 @@ def _listen() -> Any:
 
     libvirt_qemu.qemuMonitorEventRegister(conn, None, "SHUTDOWN", on_event, None, 0)
     conn.setKeepAlive(5, 3)
-    return conn
+    return conn, closed
+
+
+def _listen_again(seconds: float = 60) -> tuple[Any, threading.Event] | None:
+    """``_listen`` once libvirtd answers again, or None after ``seconds``."""
+    import libvirt
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return _listen()
+        except libvirt.libvirtError as exc:
+            if time.monotonic() > deadline:
+                _log(f"libvirtd did not come back in {seconds:.0f} s ({exc})")
+                return None
+            time.sleep(1)
 
 
 def main() -> int:
     import libvirt
 
     libvirt.virEventRegisterDefaultImpl()
-    conn = _listen()
+    _conn, closed = _listen()
     ready_file().write_text(str(os.getpid()))
     _log(f"listening on {URI} for resets of {DOMAIN_PREFIX}* domains")
     while True:
         libvirt.virEventRunDefaultImpl()
-        if conn.closed.is_set():
+        if closed.is_set():
             _log("libvirtd closed the connection; connecting again")
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    conn = _listen()
-                    break
-                except libvirt.libvirtError as exc:
-                    if time.monotonic() > deadline:
-                        _log(f"libvirtd did not come back in 60 s ({exc}); exiting")
-                        return 1
-                    time.sleep(1)
+            listening = _listen_again()
+            if listening is None:
+                return 1
+            _conn, closed = listening
             _log(f"listening again on {URI}")
 
 
@@ -124,21 +132,7 @@ def ensure(progress: Callable[[str], None]) -> int:
         return ours
     ready = ready_file()
     ready.unlink(missing_ok=True)
-    log = (lab_dir() / "resetd.log").open("a")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from gpufleet.lab import resetd; sys.exit(resetd.main())"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    record_daemon("resetd", proc.pid)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the lab's reset daemon exited ({proc.returncode}); see {lab_dir() / 'resetd.log'}")
-        if ready.exists() and ready.read_text() == str(proc.pid):
-            progress(f"reset daemon listening (pid {proc.pid}): a reset starts a lab VM in a new QEMU process")
-            return proc.pid
-        time.sleep(0.1)
-    raise RuntimeError(f"the lab's reset daemon did not start listening in 30 s; see {lab_dir() / 'resetd.log'}")
+    argv = [sys.executable, "-c", "import sys; from gpufleet.lab import resetd; sys.exit(resetd.main())"]
+    pid = start_daemon("resetd", argv, lambda pid: ready.exists() and ready.read_text() == str(pid), seconds=30)
+    progress(f"reset daemon listening (pid {pid}): a reset starts a lab VM in a new QEMU process")
+    return pid

@@ -84,6 +84,26 @@ def _pids(name: str) -> list[int]:
 LAB_DAEMONS = ("resetd", "sushy", "libvirtd", "virtlogd")  # stopped in this order
 
 
+def start_daemon(name: str, argv: list[str], ready: Callable[[int], bool], seconds: float) -> int:
+    """Start a lab daemon in its own session (output to ``<name>.log`` in the lab directory), record it for
+    ``stop_started_daemons``, and wait until ``ready(pid)``. Returns its PID; RuntimeError if it exits or is not
+    ready in ``seconds``."""
+    log_path = lab_dir() / f"{name}.log"
+    with log_path.open("a") as log:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    record_daemon(name, proc.pid)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited ({proc.returncode}); see {log_path}")
+        if ready(proc.pid):
+            return proc.pid
+        time.sleep(0.1)
+    raise RuntimeError(f"{name} was not ready in {seconds:.0f} s; see {log_path}")
+
+
 def stop_started_daemons(progress: Progress, names: tuple[str, ...] = LAB_DAEMONS) -> None:
     """Stop the daemons this lab started, by PID, in the given order."""
     known = started_daemons()

@@ -109,7 +109,9 @@ class TestLab:
             assert result.recap[h.name]["failed"] == 0 and result.recap[h.name]["unreachable"] == 0
             assert remote(h, "cat /proc/sys/kernel/random/boot_id") != boot_ids[h.name], f"{h.name} did not reboot"
             # the guest's reboot went through the lab's reset line: a new QEMU process (gpufleet/lab/resetd.py)
-            assert None is not virt.domain_pid(h) != qemu_pids[h.name], f"{h.name} rebooted in its old QEMU process"
+            qemu_pid = virt.domain_pid(h)
+            assert qemu_pid is not None, f"{h.name}: no running QEMU process"
+            assert qemu_pid != qemu_pids[h.name], f"{h.name} rebooted in its old QEMU process"
         # hugepages and IOMMU add kernel arguments (isolation has none in this stack): grub.cfg is regenerated once
         assert changed_per_host(result.output, "Regenerate the GRUB configuration") == {h.name: 1 for h in hosts}
 
