@@ -551,6 +551,31 @@ def _tuning_profile(name: str, stack: str | None, root: Path | None) -> Any:
     return next(iter(found.values()))
 
 
+def _with_overrides(profile: Any, cores_per_gpu: str | None, reserve_cores: int | None) -> Any:
+    """The profile with the command line's ``--cores-per-gpu`` / ``--reserve-cores``, validated as a stack's are."""
+    from pydantic import ValidationError
+
+    from gpufleet.spec.models import TuningProfile
+
+    update: dict[str, Any] = {}
+    if cores_per_gpu is not None:
+        low, _, high = cores_per_gpu.partition("-")
+        if not (low.isdigit() and (high.isdigit() or not _)):
+            raise _usage_error(f"--cores-per-gpu {cores_per_gpu!r}: expected a number (8) or a range (4-16)")
+        update["cores_per_gpu"] = {"min": int(low), "max": int(high or low)}
+    if reserve_cores is not None:
+        update["reserved_cores"] = reserve_cores
+    if not update:
+        return profile
+    try:
+        return TuningProfile.model_validate(profile.model_dump() | update)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(k) for k in problem["loc"]) or "cores_per_gpu"
+        option = "--reserve-cores" if where.startswith("reserved") else "--cores-per-gpu"
+        raise _usage_error(f"{option}: {problem['msg']}") from None
+
+
 @topology_app.command("plan")
 def topology_plan(
     host_root: Annotated[
@@ -563,17 +588,34 @@ def topology_plan(
     host: Annotated[
         str | None, typer.Option("--host", help="Host name for messages (default: the root's name).")
     ] = None,
+    cores_per_gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--cores-per-gpu",
+            metavar="N|MIN-MAX",
+            help="Override the profile's cores_per_gpu: exactly N physical cores per GPU, or a range.",
+        ),
+    ] = None,
+    reserve_cores: Annotated[
+        int | None,
+        typer.Option(
+            "--reserve-cores",
+            metavar="N",
+            help="Override the profile's reserved_cores: N physical cores for the system.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
     """The NUMA tuning plan of one host: CPUs per GPU, reserved and isolated CPUs, hugepages per node, kernel
-    arguments, kubelet CPU/topology/memory managers, SR-IOV VFs, Slurm gres.conf. Exit 1 when the profile cannot
-    work on the host."""
+    arguments, kubelet CPU/topology/memory managers, SR-IOV VFs, Slurm gres.conf. Each node's line says how its
+    cores were split. Exit 1 when the profile cannot work on the host (too few cores for the GPUs, a GPU the catalog
+    does not know...), 2 for a usage error."""
     from gpufleet.catalog import load_catalog
     from gpufleet.hostfacts import read_host
     from gpufleet.topology import TopologyError, plan
 
-    tuning = _tuning_profile(profile, stack, root)
+    tuning = _with_overrides(_tuning_profile(profile, stack, root), cores_per_gpu, reserve_cores)
     name = host or host_root.resolve().name or "localhost"
     if not (host_root / "sys/devices/system/node").is_dir():
         raise _usage_error(f"{host_root} has no sys/devices/system/node: not a host root")
@@ -611,6 +653,8 @@ def _render_topology(p: Any, facts: dict[str, Any]) -> None:
             f"\n[bold]NUMA node {node.id}[/bold]  CPUs {format_cpulist(node.cpus) or '-'} ({node.cores} cores),"
             f" {node.memory_mib / 1024:g} GiB"
         )
+        if node.choice:
+            out.print(f"  {node.choice}", markup=False)
         out.print(f"  reserved for the system  CPUs {format_cpulist(node.reserved_cpus) or '-'}")
         for g in (g for g in p.gpus if g.numa_node == node.id):
             near = ", ".join(f"{','.join(nics[n]['interfaces']) or n} ({nics[n]['kind']})" for n in g.nics) or "none"

@@ -3,10 +3,11 @@
 Input: the facts :func:`gpufleet.hostfacts.read_host` returns (the Ansible module ``gpu_topology`` returns the
 same), and a :class:`~gpufleet.spec.models.TuningProfile`. Output: a :class:`TopologyPlan` with
 
-- per GPU: whole physical cores (SMT siblings together) on the GPU's NUMA node, no CPU shared between GPUs,
-  and the nearest NIC(s);
-- reserved system CPUs (the first cores of each NUMA node, disjoint from the GPU sets) and, with isolation,
-  isolated CPUs;
+- per GPU: whole physical cores (SMT siblings together) on the GPU's NUMA node, no CPU shared between GPUs: the
+  GPUs of a node share what the system leaves there fairly, within the profile's ``cores_per_gpu`` range, and
+  each node's plan says why in words; and the nearest NIC(s);
+- reserved system CPUs (``reserved_cores`` whole cores, from NUMA nodes without GPUs first, disjoint from the GPU
+  sets) and, with isolation, isolated CPUs;
 - hugepages per NUMA node and size, never more than the node's memory minus a reserve;
 - kernel arguments (1 GiB hugepages at boot in the per-node form ``hugepages=0:N,1:M`` on kernels >= 5.16,
   IOMMU for SR-IOV, isolation);
@@ -17,7 +18,8 @@ same), and a :class:`~gpufleet.spec.models.TuningProfile`. Output: a :class:`Top
 - SR-IOV VFs per device (never above ``sriov_totalvfs``) and the SR-IOV network device plugin's ``resourceList``;
 - Slurm ``gres.conf`` lines.
 
-Inputs that cannot work raise :class:`TopologyError` naming the host and the reason.
+Inputs that cannot work (a GPU the catalog does not know, too few cores for the GPUs' minimum, hugepages beyond a
+node's memory...) raise :class:`TopologyError` naming the host and the reason.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ class NodePlan:
     cores: int
     reserved_cpus: list[int] = field(default_factory=list)
     gpus: list[str] = field(default_factory=list)
+    cores_per_gpu: int = 0  # the cores each GPU drawing on this node got
+    choice: str = ""  # why, in words
 
 
 @dataclass
@@ -158,7 +162,61 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
     nodes = {n["id"]: n for n in facts["numa_nodes"]}
     if not nodes:
         raise TopologyError(host, "no NUMA node found under sys/devices/system/node")
-    cores_by_node: dict[int, list[list[int]]] = defaultdict(list)
+    cores_by_node = _cores_by_node(facts, nodes, host)
+    notes: list[str] = []
+    gpus = sorted(facts["gpus"], key=lambda g: g["pci"])  # PCI bus order: that is /dev/nvidia<i>'s order
+    gpu_node = _gpu_nodes(gpus, nodes, host, notes)
+    split = _split_cpus(cores_by_node, gpu_node, profile, host, notes)
+    assignments = _assign_gpus(facts, gpus, gpu_node, split.gpu_cpus, profile, len(nodes))
+    reserved_cpus = sorted(c for cores in split.reserved.values() for core in cores for c in core)
+    gpu_cpus = sorted(c for a in assignments for c in a.cpus)
+    isolated = gpu_cpus if profile.isolation else []
+    hugepages, ordinary_mib = _hugepages(nodes, assignments, profile, host)
+    node_plans = [
+        NodePlan(
+            id=node_id,
+            cpus=list(nodes[node_id]["cpus"]),
+            memory_mib=nodes[node_id]["memory_kib"] // 1024,
+            cores=len(cores_by_node.get(node_id, [])),
+            reserved_cpus=sorted(c for core in split.reserved.get(node_id, []) for c in core),
+            gpus=[a.pci for a in assignments if a.numa_node == node_id],
+            cores_per_gpu=split.per_gpu.get(node_id, 0),
+            choice=split.choices.get(node_id, ""),
+        )
+        for node_id in sorted(nodes)
+    ]
+    sriov = _sriov(facts, profile, host)
+    groups = _kernel_arg_groups(facts, len(nodes), hugepages, sriov, isolated, notes)
+    return TopologyPlan(
+        host=host,
+        cpu_vendor=facts.get("cpu_vendor"),
+        kernel=facts.get("kernel"),
+        smt=bool(facts.get("smt")),
+        numa_nodes=node_plans,
+        gpus=assignments,
+        reserved_cpus=reserved_cpus,
+        isolated_cpus=isolated,
+        hugepages=hugepages,
+        kernel_args=[a for group in groups.values() for a in group],
+        kernel_arg_groups=groups,
+        kubelet=_kubelet(nodes, ordinary_mib, hugepages, reserved_cpus, split.aligned, host),
+        irqbalance_banned_cpus=format_cpulist(gpu_cpus),
+        system_cpu_affinity=reserved_cpus,
+        sriov=sriov,
+        sriov_device_plugin=_sriov_resources(sriov),
+        gres_conf=_gres(facts, gpus, assignments, cores_by_node),
+        notes=notes,
+    )
+
+
+# -- the steps -----------------------------------------------------------------------------------------------
+
+Core = list[int]  # the CPUs of one physical core: SMT siblings together
+
+
+def _cores_by_node(facts: Mapping[str, Any], nodes: Mapping[int, Any], host: str) -> dict[int, list[Core]]:
+    """Each NUMA node's physical cores in CPU order (a core without a node goes to the first node)."""
+    cores_by_node: dict[int, list[Core]] = defaultdict(list)
     for core in facts["cores"]:
         node = core["numa_node"]
         cores_by_node[node if node is not None else min(nodes)].append(core["cpus"])
@@ -166,12 +224,22 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
         raise TopologyError(host, "no CPU topology found under sys/devices/system/cpu")
     for core_list in cores_by_node.values():
         core_list.sort(key=lambda cpus: cpus[0])
-    notes: list[str] = []
+    return dict(cores_by_node)
 
-    # GPUs in PCI bus order: that is /dev/nvidia<i>'s order
-    gpus = sorted(facts["gpus"], key=lambda g: g["pci"])
+
+def _gpu_nodes(
+    gpus: Sequence[Mapping[str, Any]], nodes: Mapping[int, Any], host: str, notes: list[str]
+) -> dict[str, int]:
+    """Each GPU's NUMA node; a GPU gpufleet's catalog does not know, or without a node on a multi-node host, is
+    refused (its CPUs and its gres.conf type could only be guessed)."""
     gpu_node: dict[str, int] = {}
     for gpu in gpus:
+        if gpu.get("model") is None:
+            raise TopologyError(
+                host,
+                f"GPU {gpu['pci']} has PCI id {gpu['vendor']}:{gpu['device']}, which gpufleet's catalog does not know"
+                " (gpufleet/catalog/gpus.yaml lists the GPUs gpufleet plans for; `gpufleet catalog` shows them)",
+            )
         node = gpu["numa_node"]
         if node is None:
             if len(nodes) > 1:
@@ -183,50 +251,130 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
             node = next(iter(nodes))
             notes.append(f"GPU {gpu['pci']} reports no NUMA node; the host has one, node {node}")
         gpu_node[gpu["pci"]] = node
+    return gpu_node
 
-    # reserved cores: the first cores of each node
-    reserved_by_node: dict[int, list[list[int]]] = {}
-    free: dict[int, list[list[int]]] = {}
-    for node_id, core_list in cores_by_node.items():
-        k = min(profile.reserved_cores_per_node, len(core_list))
-        reserved_by_node[node_id] = core_list[:k]
-        free[node_id] = list(core_list[k:])
 
-    # GPU CPU sets: cores_per_gpu whole cores from the GPU's node (or, for a GPU on a CPU-less node, from the
-    # node with the most free cores; then NUMA alignment is only 'restricted')
-    aligned = True
-    per_node_gpus: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for gpu in gpus:
-        per_node_gpus[gpu_node[gpu["pci"]]].append(gpu)
-    assignments: list[GpuAssignment] = []
-    cpus_of_gpu: dict[str, list[int]] = {}
-    for node_id in sorted(per_node_gpus):
-        node_gpus = per_node_gpus[node_id]
-        source = node_id
-        if not cores_by_node.get(node_id):
-            source = max(free, key=lambda n: len(free[n]))
-            aligned = False
-            notes.append(f"NUMA node {node_id} has no CPUs; its GPUs take cores of node {source}")
-        need = profile.cores_per_gpu * len(node_gpus)
-        have = len(free.get(source, []))
-        if need > have:
-            total = len(cores_by_node.get(source, []))
+@dataclass(frozen=True)
+class _CpuSplit:
+    """How a host's cores are split between the system and the GPUs (see :func:`_split_cpus`)."""
+
+    reserved: dict[int, list[Core]]  # NUMA node -> its cores kept for the system
+    gpu_cpus: dict[str, list[int]]  # GPU PCI address -> its CPUs
+    per_gpu: dict[int, int]  # NUMA node -> the cores each GPU drawing on it got
+    choices: dict[int, str]  # NUMA node -> the reason, in words
+    aligned: bool  # every GPU's cores are on its own node
+
+
+def _split_cpus(
+    cores_by_node: Mapping[int, list[Core]],
+    gpu_node: Mapping[str, int],
+    profile: TuningProfile,
+    host: str,
+    notes: list[str],
+) -> _CpuSplit:
+    """Reserved system cores and each GPU's cores. The GPUs that draw on one node's cores (its own; those of a
+    CPU-less node draw on the node with the most cores to spare) share what the system leaves there fairly, within
+    the profile's ``cores_per_gpu`` range. System cores come from nodes without GPUs first, then from the nodes
+    with the most cores beyond their GPUs' minimum."""
+    want = profile.cores_per_gpu
+    gpus_of = _gpu_sources(cores_by_node, gpu_node, want.min, notes)
+    for source, pcis in sorted(gpus_of.items()):
+        have = len(cores_by_node[source])
+        if have < want.min * len(pcis):
             raise TopologyError(
                 host,
-                f"NUMA node {source} has {total} physical cores, {total - have} reserved; {len(node_gpus)} GPU(s) x"
-                f" {profile.cores_per_gpu} cores need {need} (lower cores_per_gpu or reserved_cores_per_node)",
+                f"NUMA node {source} has {have} physical cores for {len(pcis)} GPU(s); cores_per_gpu min {want.min}"
+                f" needs {want.min * len(pcis)} (lower cores_per_gpu, e.g. --cores-per-gpu {have // len(pcis)})"
+                if have >= len(pcis)
+                else f"NUMA node {source} has {have} physical cores for {len(pcis)} GPU(s): not one core each",
             )
-        for gpu in node_gpus:
-            taken, free[source] = free[source][: profile.cores_per_gpu], free[source][profile.cores_per_gpu :]
-            cpus_of_gpu[gpu["pci"]] = sorted(c for core in taken for c in core)
+    count = profile.reserved_cores if profile.reserved_cores is not None else len(cores_by_node)
+    taken = _reserve(cores_by_node, {n: len(p) for n, p in gpus_of.items()}, count, want.min, host)
+    reserved = {n: cores_by_node[n][:k] for n, k in taken.items()}
+    gpu_cpus: dict[str, list[int]] = {}
+    per_gpu: dict[int, int] = {}
+    choices: dict[int, str] = {}
+    for node_id, cores in sorted(cores_by_node.items()):
+        pcis, free = gpus_of.get(node_id, []), cores[taken[node_id] :]
+        said = f"{len(cores)} cores, {taken[node_id]} for the system"
+        if not pcis:
+            choices[node_id] = f"{said}, no GPU"
+            continue
+        share = len(free) // len(pcis)
+        each = per_gpu[node_id] = min(share, want.max)
+        for i, pci in enumerate(pcis):
+            gpu_cpus[pci] = sorted(c for core in free[i * each : (i + 1) * each] for c in core)
+        why = f"the node's share, within cores_per_gpu {want}"
+        if each < share:
+            why = f"cores_per_gpu {want} caps the node's share of {share}"
+        left = len(free) - each * len(pcis)
+        choices[node_id] = f"{said}, {len(pcis)} GPU(s): {each} cores each ({why})" + (
+            f", {left} left for other work" if left else ""
+        )
+    aligned = all(gpu_node[pci] == source for source, pcis in gpus_of.items() for pci in pcis)
+    return _CpuSplit(reserved, gpu_cpus, per_gpu, choices, aligned)
 
-    # nearest NICs: same NUMA node, InfiniBand before Ethernet; with as many such NICs as GPUs on the node, one
-    # each in PCI order, else each GPU gets the NIC(s) closest on the PCI bus
+
+def _gpu_sources(
+    cores_by_node: Mapping[int, list[Core]], gpu_node: Mapping[str, int], minimum: int, notes: list[str]
+) -> dict[int, list[str]]:
+    """NUMA node -> the GPUs (PCI order) that take their cores from it: its own, and those of CPU-less nodes, which
+    go to the node with the most cores beyond its GPUs' minimum."""
+    gpus_of: dict[int, list[str]] = defaultdict(list)
+    homeless: dict[int, list[str]] = defaultdict(list)
+    for pci, node in sorted(gpu_node.items()):
+        (gpus_of if cores_by_node.get(node) else homeless)[node].append(pci)
+    for node, pcis in sorted(homeless.items()):
+        source = max(cores_by_node, key=lambda n: (len(cores_by_node[n]) - minimum * len(gpus_of.get(n, [])), -n))
+        notes.append(f"NUMA node {node} has no CPUs; its GPUs take cores of node {source}")
+        gpus_of[source] = sorted([*gpus_of.get(source, []), *pcis])
+    return dict(gpus_of)
+
+
+def _reserve(
+    cores_by_node: Mapping[int, list[Core]], gpus_on: Mapping[int, int], count: int, minimum: int, host: str
+) -> dict[int, int]:
+    """How many of each node's first cores the system keeps: ``count`` in all, one at a time from the node with the
+    most to spare (cores beyond its GPUs' minimum), nodes without GPUs first."""
+    taken = {n: 0 for n in cores_by_node}
+
+    def spare(n: int) -> int:
+        return len(cores_by_node[n]) - taken[n] - minimum * gpus_on.get(n, 0)
+
+    for done in range(count):
+        candidates = [n for n in cores_by_node if spare(n) > 0]
+        without_gpus = [n for n in candidates if not gpus_on.get(n)]
+        if not candidates:
+            cores = sum(len(c) for c in cores_by_node.values())
+            raise TopologyError(
+                host,
+                f"{count} cores reserved for the system do not fit: after {done}, the GPUs need every other core of"
+                f" the {cores} (cores_per_gpu min {minimum}); lower reserved_cores (--reserve-cores) or cores_per_gpu",
+            )
+        node = max(without_gpus or candidates, key=lambda n: (spare(n), -n))
+        taken[node] += 1
+    return taken
+
+
+def _assign_gpus(
+    facts: Mapping[str, Any],
+    gpus: Sequence[Mapping[str, Any]],
+    gpu_node: Mapping[str, int],
+    gpu_cpus: Mapping[str, list[int]],
+    profile: TuningProfile,
+    node_count: int,
+) -> list[GpuAssignment]:
+    """Each GPU with its CPUs and nearest NICs: same NUMA node, InfiniBand before Ethernet; with as many such NICs
+    as GPUs on the node, one each in PCI order, else each GPU gets the NIC(s) closest on the PCI bus."""
     nics_by_node: dict[int | None, list[dict[str, Any]]] = defaultdict(list)
     for nic in facts["nics"]:
         nics_by_node[nic["numa_node"]].append(nic)
-    for node_id, node_gpus in per_node_gpus.items():
-        candidates = nics_by_node.get(node_id) or (nics_by_node.get(None) if len(nodes) == 1 else []) or []
+    per_node: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    for gpu in gpus:
+        per_node[gpu_node[gpu["pci"]]].append(gpu)
+    assignments: list[GpuAssignment] = []
+    for node_id, node_gpus in per_node.items():
+        candidates = nics_by_node.get(node_id) or (nics_by_node.get(None) if node_count == 1 else []) or []
         kind = "infiniband" if any(n["kind"] == "infiniband" for n in candidates) else "ethernet"
         near = sorted((n for n in candidates if n["kind"] == kind), key=lambda n: n["pci"])
         for i, gpu in enumerate(node_gpus):
@@ -242,8 +390,8 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
                     index=0,
                     pci=gpu["pci"],
                     model=gpu.get("model"),
-                    numa_node=gpu_node[gpu["pci"]],
-                    cpus=cpus_of_gpu[gpu["pci"]],
+                    numa_node=node_id,
+                    cpus=gpu_cpus[gpu["pci"]],
                     nics=chosen,
                     hugepages_1g=profile.hugepages_1g_per_gpu,
                 )
@@ -251,20 +399,20 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
     assignments.sort(key=lambda a: a.pci)
     for i, a in enumerate(assignments):
         a.index = i
+    return assignments
 
-    reserved_cpus = sorted(c for cores in reserved_by_node.values() for core in cores for c in core)
-    gpu_cpus = sorted(c for a in assignments for c in a.cpus)
-    isolated = gpu_cpus if profile.isolation else []
 
-    # hugepages per node: 1 GiB per GPU (on its node) or per node, and 2 MiB per node
+def _hugepages(
+    nodes: Mapping[int, Mapping[str, Any]], assignments: Sequence[GpuAssignment], profile: TuningProfile, host: str
+) -> tuple[list[dict[str, int]], dict[int, int]]:
+    """Hugepages per node (1 GiB per GPU on its node or per node, 2 MiB per node), never more than the node's
+    memory less its reserve; and each node's ordinary memory left (quantized) for the kubelet's reservations."""
     hugepages: list[dict[str, int]] = []
-    node_plans: list[NodePlan] = []
     ordinary_mib: dict[int, int] = {}
     for node_id in sorted(nodes):
         node = nodes[node_id]
         memory_mib = node["memory_kib"] // 1024
-        gpus_here = [a for a in assignments if a.numa_node == node_id]
-        pages_1g = profile.hugepages_1g_per_node + sum(a.hugepages_1g for a in gpus_here)
+        pages_1g = profile.hugepages_1g_per_node + sum(a.hugepages_1g for a in assignments if a.numa_node == node_id)
         pages_2m = profile.hugepages_2m_per_node
         huge_mib = pages_1g * MIB_PER_GIB + pages_2m * 2
         if huge_mib:
@@ -279,44 +427,48 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
             if count:
                 hugepages.append({"numa_node": node_id, "size_kib": size, "count": count})
         ordinary_mib[node_id] = quantized_mib(node["memory_kib"]) - huge_mib
-        node_plans.append(
-            NodePlan(
-                id=node_id,
-                cpus=list(node["cpus"]),
-                memory_mib=memory_mib,
-                cores=len(cores_by_node.get(node_id, [])),
-                reserved_cpus=sorted(c for core in reserved_by_node.get(node_id, []) for c in core),
-                gpus=[a.pci for a in gpus_here],
-            )
-        )
+    return hugepages, ordinary_mib
 
-    # SR-IOV: VFs per capable device of the profile's classes, never above the device's limit
+
+def _sriov(facts: Mapping[str, Any], profile: TuningProfile, host: str) -> list[dict[str, Any]]:
+    """VFs per capable device of the profile's classes, never above the device's limit."""
     classes = {SRIOV_CLASSES[c] for c in profile.sriov_device_classes}
     sriov: list[dict[str, Any]] = []
-    if profile.vfs_per_nic:
-        for dev in sorted(facts.get("sriov_devices", []), key=lambda d: d["pci"]):
-            if dev["class"] not in classes:
-                continue
-            if profile.vfs_per_nic > dev["sriov_totalvfs"]:
-                name = ",".join(dev["interfaces"]) or dev["pci"]
-                raise TopologyError(
-                    host,
-                    f"{name} ({dev['pci']}) supports {dev['sriov_totalvfs']} VFs; the profile asks for"
-                    f" {profile.vfs_per_nic} (vfs_per_nic)",
-                )
-            sriov.append(
-                {
-                    "pci": dev["pci"],
-                    "class": dev["class"],
-                    "vendor": dev["vendor"],
-                    "interfaces": list(dev["interfaces"]),
-                    "numa_node": dev["numa_node"],
-                    "numvfs": profile.vfs_per_nic,
-                    "totalvfs": dev["sriov_totalvfs"],
-                }
+    if not profile.vfs_per_nic:
+        return sriov
+    for dev in sorted(facts.get("sriov_devices", []), key=lambda d: d["pci"]):
+        if dev["class"] not in classes:
+            continue
+        if profile.vfs_per_nic > dev["sriov_totalvfs"]:
+            name = ",".join(dev["interfaces"]) or dev["pci"]
+            raise TopologyError(
+                host,
+                f"{name} ({dev['pci']}) supports {dev['sriov_totalvfs']} VFs; the profile asks for"
+                f" {profile.vfs_per_nic} (vfs_per_nic)",
             )
+        sriov.append(
+            {
+                "pci": dev["pci"],
+                "class": dev["class"],
+                "vendor": dev["vendor"],
+                "interfaces": list(dev["interfaces"]),
+                "numa_node": dev["numa_node"],
+                "numvfs": profile.vfs_per_nic,
+                "totalvfs": dev["sriov_totalvfs"],
+            }
+        )
+    return sriov
 
-    # kernel arguments, by purpose (each tuning role owns its group)
+
+def _kernel_arg_groups(
+    facts: Mapping[str, Any],
+    node_count: int,
+    hugepages: Sequence[Mapping[str, int]],
+    sriov: Sequence[Any],
+    isolated: Sequence[int],
+    notes: list[str],
+) -> dict[str, list[str]]:
+    """Kernel arguments by purpose (each tuning role owns its group): hugepages, iommu, isolation."""
     groups: dict[str, list[str]] = {"hugepages": [], "iommu": [], "isolation": []}
     total_1g = {h["numa_node"]: h["count"] for h in hugepages if h["size_kib"] == HUGEPAGE_1G_KIB}
     if total_1g:
@@ -324,7 +476,7 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
             spec = ",".join(f"{n}:{c}" for n, c in sorted(total_1g.items()))
         else:
             spec = str(sum(total_1g.values()))
-            if len(nodes) > 1:
+            if node_count > 1:
                 notes.append("kernel older than 5.16: 1 GiB hugepages are set as a total the kernel spreads over nodes")
         groups["hugepages"] = ["default_hugepagesz=1G", "hugepagesz=1G", f"hugepages={spec}"]
     if sriov:
@@ -332,15 +484,24 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
     if isolated:
         cpulist = format_cpulist(isolated)
         groups["isolation"] = [f"isolcpus={cpulist}", f"nohz_full={cpulist}", f"rcu_nocbs={cpulist}"]
-    args = [a for group in groups.values() for a in group]
+    return groups
 
-    # kubelet: static CPU manager, topology manager, static memory manager with exact reservations
+
+def _kubelet(
+    nodes: Mapping[int, Mapping[str, Any]],
+    ordinary_mib: Mapping[int, int],
+    hugepages: Sequence[Mapping[str, int]],
+    reserved_cpus: Sequence[int],
+    aligned: bool,
+    host: str,
+) -> dict[str, Any]:
+    """The KubeletConfiguration fragment: static CPU manager, topology manager, static memory manager with exact
+    reservations."""
     total_mib = sum(quantized_mib(n["memory_kib"]) for n in nodes.values())
     kube_mib, system_mib = kube_reserved_mib(total_mib), system_reserved_mib(total_mib)
-    to_reserve = kube_mib + system_mib + EVICTION_HARD_MEMORY_MIB
-    reserved_memory = _spread(to_reserve, ordinary_mib, host)
+    reserved_memory = _spread(kube_mib + system_mib + EVICTION_HARD_MEMORY_MIB, ordinary_mib, host)
     hugepage_sizes = sorted({h["size_kib"] for h in hugepages}, reverse=True)
-    kubelet: dict[str, Any] = {
+    return {
         "cpuManagerPolicy": "static",
         "reservedSystemCPUs": format_cpulist(reserved_cpus),
         "topologyManagerPolicy": "single-numa-node" if aligned else "restricted",
@@ -358,40 +519,27 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
         ],
     }
 
-    # Slurm: logical core indices (socket-major, lstopo's Core L#) of the GPU's NUMA node; Slurm's gres.conf(5)
-    # advises naming all cores of the socket or NUMA node, since it co-allocates at that level
+
+def _gres(
+    facts: Mapping[str, Any],
+    gpus: Sequence[Mapping[str, Any]],
+    assignments: Sequence[GpuAssignment],
+    cores_by_node: Mapping[int, list[Core]],
+) -> list[str]:
+    """Slurm gres.conf lines: logical core indices (socket-major, lstopo's Core L#) of the GPU's NUMA node; Slurm's
+    gres.conf(5) advises naming all cores of the socket or NUMA node, since it co-allocates at that level."""
     logical = {
         tuple(c["cpus"]): i for i, c in enumerate(sorted(facts["cores"], key=lambda c: (c["package"], c["cpus"][0])))
     }
+    vendors = {g["pci"]: g["vendor"] for g in gpus}
     gres: list[str] = []
     amd = 0
     for a in assignments:
-        vendor = next(g["vendor"] for g in gpus if g["pci"] == a.pci)
         node_cores = sorted(logical[tuple(c)] for c in cores_by_node.get(a.numa_node or 0, []))
-        device = f"/dev/nvidia{a.index}" if vendor == "10de" else f"/dev/dri/renderD{128 + amd}"
-        amd += vendor != "10de"
-        gres.append(f"Name=gpu Type={(a.model or 'unknown').lower()} File={device} Cores={format_cpulist(node_cores)}")
-
-    return TopologyPlan(
-        host=host,
-        cpu_vendor=facts.get("cpu_vendor"),
-        kernel=facts.get("kernel"),
-        smt=bool(facts.get("smt")),
-        numa_nodes=node_plans,
-        gpus=assignments,
-        reserved_cpus=reserved_cpus,
-        isolated_cpus=isolated,
-        hugepages=hugepages,
-        kernel_args=args,
-        kernel_arg_groups=groups,
-        kubelet=kubelet,
-        irqbalance_banned_cpus=format_cpulist(gpu_cpus),
-        system_cpu_affinity=reserved_cpus,
-        sriov=sriov,
-        sriov_device_plugin=_sriov_resources(sriov),
-        gres_conf=gres,
-        notes=notes,
-    )
+        device = f"/dev/nvidia{a.index}" if vendors[a.pci] == "10de" else f"/dev/dri/renderD{128 + amd}"
+        amd += vendors[a.pci] != "10de"
+        gres.append(f"Name=gpu Type={str(a.model).lower()} File={device} Cores={format_cpulist(node_cores)}")
+    return gres
 
 
 def _hugepage_resource(size_kib: int) -> str:

@@ -167,11 +167,44 @@ class Release(StrictModel):
 # -- tuning --------------------------------------------------------------------------------------------------
 
 
+class CoresPerGpu(StrictModel):
+    """Physical cores pinned to each GPU, as a range: the planner gives every GPU its NUMA node's fair share of the
+    cores left after the system's, within ``min`` and ``max`` (the node's share of a 16-core NPS4 node with two
+    GPUs is 8; of a 56-core node with four, 14). A plain number in a stack means exactly that many."""
+
+    min: int = Field(4, ge=1, le=128, description="fewest cores per GPU; a node that cannot give them is refused")
+    max: int = Field(16, ge=1, le=128, description="most cores per GPU; the rest of the node stays for other pods")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _exactly(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return {"min": v, "max": v}
+        return v
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CoresPerGpu:
+        if self.min > self.max:
+            raise invalid(f"min ({self.min}) is above max ({self.max})")
+        return self
+
+    def __str__(self) -> str:
+        return str(self.min) if self.min == self.max else f"{self.min}-{self.max}"
+
+
 class TuningProfile(StrictModel):
     """How a bare-metal host is tuned; the topology planner turns it into a per-host plan."""
 
-    cores_per_gpu: int = Field(8, ge=1, le=128, description="physical cores pinned to each GPU (seed: 4-8)")
-    reserved_cores_per_node: int = Field(1, ge=0, le=64, description="physical cores kept for the system")
+    cores_per_gpu: CoresPerGpu = Field(
+        default_factory=CoresPerGpu,
+        description="physical cores pinned to each GPU: {min, max} (the node's share within them) or a number",
+    )
+    reserved_cores: int | None = Field(
+        None,
+        ge=0,
+        le=1024,
+        description="physical cores kept for the system, from NUMA nodes without GPUs first (default: one per node)",
+    )
     hugepages_1g_per_gpu: int = Field(0, ge=0, le=4096)
     hugepages_1g_per_node: int = Field(0, ge=0, le=4096)
     hugepages_2m_per_node: int = Field(0, ge=0, le=1_048_576)

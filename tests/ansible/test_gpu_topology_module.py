@@ -90,13 +90,14 @@ def test_plan_filter_on_the_controller(tmp_path: Path):
     result = json.loads((tmp_path / "out.json").read_text())["plan"]
     assert result["host"] == "hgx-h200"
     assert "hugepages=0:8,1:8" in result["kernel_args"] and "intel_iommu=on" in result["kernel_args"]
-    assert len(result["gpus"]) == 8 and all(len(g["cpus"]) == 16 for g in result["gpus"])
+    # the default 4-16 cores per GPU: 48 cores a node, one for the system, four GPUs: 11 cores (22 CPUs) each
+    assert len(result["gpus"]) == 8 and all(len(g["cpus"]) == 22 for g in result["gpus"])
 
 
 def test_plan_filter_refusal_fails_the_task_with_the_reason(tmp_path: Path):
-    proc = run_playbook(tmp_path, FIXTURES / "hosts/dgx-a100", {"profile": {}})
+    proc = run_playbook(tmp_path, FIXTURES / "hosts/dgx-a100", {"profile": {"cores_per_gpu": 9}})
     assert proc.returncode != 0
-    assert "host dgx-a100: NUMA node 1 has 16 physical cores" in proc.stdout
+    assert "host dgx-a100: NUMA node 1 has 16 physical cores for 2 GPU(s); cores_per_gpu min 9 needs 18" in proc.stdout
 
 
 def test_module_check_mode_and_missing_root(tmp_path: Path):

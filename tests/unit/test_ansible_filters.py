@@ -44,7 +44,7 @@ def test_host_profile_is_the_first_matching_groups_profile():
         "tuning_profiles": {"train": {"cores_per_gpu": 6}},
     }
     assert filters.gpufleet_host_profile(stack, ["all", "dgx"]) == {"cores_per_gpu": 6}
-    assert filters.gpufleet_host_profile(stack, ["lab"])["cores_per_gpu"] == 8  # the built-in default profile
+    assert filters.gpufleet_host_profile(stack, ["lab"])["cores_per_gpu"] == {"min": 4, "max": 16}  # the default
     stack["baremetal"]["host_groups"][0]["tuning_profile"] = "missing"
     with pytest.raises(Exception, match="tuning profile 'missing' of host group 'dgx' is not defined"):
         filters.gpufleet_host_profile(stack, ["dgx"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -154,21 +155,57 @@ def test_topology_plan_json_contract():
             "gres_conf"} <= set(data)  # fmt: skip
     assert {"id", "cpus", "memory_mib"} <= set(data["numa_nodes"][0])
     assert {"pci", "model", "numa_node", "cpus", "nics"} <= set(data["gpus"][0])
-    assert data["gpus"][0]["cpus"] == [1, 2, 3, 4, 5, 6, 7, 8, 113, 114, 115, 116, 117, 118, 119, 120]
+    # the default profile: 56 cores per node, one for the system, four GPUs: the node's share, 13 cores each
+    assert data["gpus"][0]["cpus"] == [*range(1, 14), *range(113, 126)]
+    assert data["numa_nodes"][0]["cores_per_gpu"] == 13
+    assert data["numa_nodes"][0]["choice"].startswith("56 cores, 1 for the system, 4 GPU(s): 13 cores each")
 
 
 def test_topology_plan_human_picture_and_refusal():
     proc = gpufleet("topology", "plan", "--host-root", "tests/fixtures/hosts/dgx-h100")
     assert "NUMA node 1  CPUs 56-111,168-223 (56 cores), 1024 GiB" in proc.stdout
-    assert "GPU 4 0000:9d:00.0 H100-SXM5-80GB  CPUs 57-64,169-176  NIC ibp154s0 (infiniband)" in proc.stdout
-    refused = gpufleet("topology", "plan", "--host-root", "tests/fixtures/hosts/numa-unknown", "--json")
+    assert "GPU 4 0000:9d:00.0 H100-SXM5-80GB  CPUs 57-69,169-181  NIC ibp154s0 (infiniband)" in proc.stdout
+    assert "  56 cores, 1 for the system, 4 GPU(s): 13 cores each (the node's share, within cores_per_gpu 4-16)" in (
+        proc.stdout
+    )
+    refused = gpufleet(
+        "topology", "plan", "--host-root", "tests/fixtures/hosts/numa-unknown", "--cores-per-gpu", "9", "--json"
+    )
     assert refused.returncode == 1
     assert json.loads(refused.stdout) == {
         "host": "numa-unknown",
         "ok": False,
-        "error": "NUMA node 0 has 16 physical cores, 1 reserved; 2 GPU(s) x 8 cores need 16 (lower cores_per_gpu"
-        " or reserved_cores_per_node)",
+        "error": "NUMA node 0 has 16 physical cores for 2 GPU(s); cores_per_gpu min 9 needs 18 (lower cores_per_gpu,"
+        " e.g. --cores-per-gpu 8)",
     }
+
+
+def test_topology_plan_overrides_and_their_usage_errors():
+    def plan(*options: str) -> subprocess.CompletedProcess:
+        return gpufleet("topology", "plan", "--host-root", "tests/fixtures/hosts/dgx-a100", *options)
+
+    fixed = json.loads(plan("--cores-per-gpu", "6", "--reserve-cores", "4", "--json").stdout)
+    assert {n["cores_per_gpu"] for n in fixed["numa_nodes"] if n["gpus"]} == {6}
+    assert len(fixed["reserved_cpus"]) == 4 * 2  # four cores, SMT siblings with them
+    ranged = json.loads(plan("--cores-per-gpu", "2-5", "--json").stdout)
+    assert {n["cores_per_gpu"] for n in ranged["numa_nodes"] if n["gpus"]} == {5}
+    for options, message in [
+        (("--cores-per-gpu", "8-4"), "error: --cores-per-gpu: min (8) is above max (4)"),
+        (("--cores-per-gpu", "eight"), "error: --cores-per-gpu 'eight': expected a number (8) or a range (4-16)"),
+        (("--reserve-cores", "-1"), "error: --reserve-cores: Input should be greater than or equal to 0"),
+    ]:
+        proc = plan(*options)
+        assert (proc.returncode, proc.stderr.strip()) == (2, message)
+
+
+def test_topology_plan_refuses_a_gpu_the_catalog_does_not_know(tmp_path: Path):
+    host = tmp_path / "h100-unknown"
+    shutil.copytree(REPO / "tests/fixtures/hosts/dgx-h100", host, symlinks=True)
+    (host / "sys/bus/pci/devices/0000:1b:00.0/device").write_text("0x2399\n")
+    proc = gpufleet("topology", "plan", "--host-root", str(host))
+    assert proc.returncode == 1
+    assert "GPU 0000:1b:00.0 has PCI id 10de:2399, which gpufleet's catalog does not know" in proc.stderr
+    assert "Type=unknown" not in proc.stdout
 
 
 def test_topology_plan_takes_a_profile_from_the_stacks():

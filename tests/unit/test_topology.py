@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from gpufleet.catalog import load_catalog
 from gpufleet.hostfacts import parse_cpulist, read_host
 from gpufleet.spec import load_stack
-from gpufleet.spec.models import TuningProfile
+from gpufleet.spec.models import CoresPerGpu, TuningProfile
 from gpufleet.topology import TopologyError, node_reserve_mib, plan
 from tests.conftest import FIXTURES, REPO
 
@@ -20,11 +20,14 @@ HOSTS = FIXTURES / "hosts"
 LAB_STACK = load_stack(REPO / "Pulumi.lab-local.yaml").stack
 LAB_PROFILE = LAB_STACK.tuning_profile("lab")
 CATALOG_MAP = {pid: {"model": g.name, "mig": g.mig_capable} for g in load_catalog().gpus for pid in g.pci_ids}
-# a profile that works on each recorded machine (the DGX A100's NPS4 nodes have 16 cores for 2 GPUs)
+# a profile for each recorded machine beside the default one (test_the_default_profile_plans_every_recorded_machine)
 PROFILES = {
     "dgx-h100": TuningProfile(hugepages_1g_per_gpu=8, vfs_per_nic=8, isolation=True),
     "dgx-a100": TuningProfile(cores_per_gpu=7, hugepages_1g_per_node=4, vfs_per_nic=8),
-    "hgx-h200": TuningProfile(cores_per_gpu=8, reserved_cores_per_node=2, hugepages_2m_per_node=4096),
+    "hgx-h200": TuningProfile(cores_per_gpu=8, reserved_cores=4, hugepages_2m_per_node=4096),
+    "hgx-h100-epyc-nps1": TuningProfile(hugepages_1g_per_gpu=16, vfs_per_nic=8),
+    "hgx-h100-epyc-nps2": TuningProfile(cores_per_gpu={"min": 6, "max": 12}, reserved_cores=8, isolation=True),
+    "hgx-h100-epyc-nps4": TuningProfile(cores_per_gpu=4, reserved_cores=0, hugepages_1g_per_node=8),
     "workstation-l40s": TuningProfile(cores_per_gpu=6, vfs_per_nic=32, hugepages_1g_per_gpu=16),
     "no-gpu": TuningProfile(hugepages_1g_per_node=64, vfs_per_nic=64),
     "numa-unknown": TuningProfile(cores_per_gpu=6, hugepages_1g_per_node=16, vfs_per_nic=4),
@@ -48,7 +51,7 @@ def assert_invariants(facts: dict, p, profile: TuningProfile) -> None:
         cpus = set(gpu.cpus)
         # whole cores: every core is in the set entirely, SMT siblings together
         assert all(set(core_of[c]) <= cpus for c in cpus), gpu
-        assert len({core_of[c] for c in cpus}) == profile.cores_per_gpu, gpu
+        assert profile.cores_per_gpu.min <= len({core_of[c] for c in cpus}) <= profile.cores_per_gpu.max, gpu
         # on the GPU's node (when that node has CPUs)
         if any(n == gpu.numa_node for n in cpu_node.values()):
             assert {cpu_node[c] for c in cpus} == {gpu.numa_node}, gpu
@@ -58,6 +61,7 @@ def assert_invariants(facts: dict, p, profile: TuningProfile) -> None:
     reserved = set(p.reserved_cpus)
     assert not reserved & seen
     assert all(set(core_of[c]) <= reserved for c in reserved)
+    assert_fair_cpu_split(facts, p, profile)
     assert set(p.isolated_cpus) == (seen if profile.isolation else set())
     # hugepages per node fit the node, less its reserve
     for node in facts["numa_nodes"]:
@@ -103,6 +107,33 @@ def assert_invariants(facts: dict, p, profile: TuningProfile) -> None:
         assert huge_arg is None
     assert any(a.startswith("isolcpus=") for a in args) == bool(p.isolated_cpus)
     assert len(p.gres_conf) == len(p.gpus)
+
+
+def assert_fair_cpu_split(facts: dict, p, profile: TuningProfile) -> None:
+    """The adaptive profile's rules: as many system cores as asked, from nodes without GPUs first; the GPUs of a node
+    share what is left there equally, each as much as the range allows (none could get one more)."""
+    core_of = {cpu: tuple(c["cpus"]) for c in facts["cores"] for cpu in c["cpus"]}
+    cores_of_node: dict[int, set] = {}
+    for core in facts["cores"]:
+        cores_of_node.setdefault(core["numa_node"] if core["numa_node"] is not None else 0, set()).add(
+            tuple(core["cpus"])
+        )
+    reserved_cores = {core_of[c] for c in p.reserved_cpus}
+    wanted = profile.reserved_cores if profile.reserved_cores is not None else len(cores_of_node)
+    assert len(reserved_cores) == wanted
+    gpu_nodes = {g.numa_node for g in p.gpus}
+    if any(core_of[c] in cores_of_node.get(n, set()) for n in gpu_nodes for c in p.reserved_cpus):
+        for n, cores in cores_of_node.items():  # a GPU node gave system cores: the others had none left
+            if n not in gpu_nodes:
+                assert cores <= reserved_cores, n
+    for node in p.numa_nodes:
+        if not node.cores_per_gpu:
+            continue
+        takers = [g for g in p.gpus if {core_of[c] for c in g.cpus} <= cores_of_node[node.id]]
+        assert {len({core_of[c] for c in g.cpus}) for g in takers} == {node.cores_per_gpu}, node.id
+        left = len(cores_of_node[node.id] - reserved_cores) - node.cores_per_gpu * len(takers)
+        assert node.cores_per_gpu == profile.cores_per_gpu.max or left < len(takers), node.id
+        assert node.choice.startswith(f"{len(cores_of_node[node.id])} cores, "), node.choice
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
@@ -177,10 +208,52 @@ def test_virtio_nics_report_their_interface():
     assert nic["interfaces"] == ["enp0s16"] and nic["vendor"] == "1af4"
 
 
-def test_dgx_a100_nps4_with_default_profile_is_refused_with_the_reason():
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_the_default_profile_plans_every_recorded_machine(name: str):
+    facts = read_host(str(HOSTS / name), CATALOG_MAP)
+    assert_invariants(facts, plan(facts, TuningProfile(), name), TuningProfile())
+
+
+def test_dgx_a100_nps4_default_profile_reserves_on_the_nodes_without_gpus():
+    """NPS4: eight 16-core nodes, two GPUs on each of nodes 1, 3, 5, 7. The fixed 8 cores per GPU plus a reserved
+    core per node used to be refused; now the system's 8 cores come from the GPU-less nodes."""
     facts = read_host(str(HOSTS / "dgx-a100"), CATALOG_MAP)
-    with pytest.raises(TopologyError, match=r"host dgx: NUMA node 1 has 16 physical cores, 1 reserved; 2 GPU\(s\) x 8"):
-        plan(facts, TuningProfile(), "dgx")
+    p = plan(facts, TuningProfile(), "dgx")
+    assert [(n.id, len(n.reserved_cpus) // 2, n.cores_per_gpu) for n in p.numa_nodes] == [
+        (0, 2, 0), (1, 0, 8), (2, 2, 0), (3, 0, 8), (4, 2, 0), (5, 0, 8), (6, 2, 0), (7, 0, 8),
+    ]  # fmt: skip
+    assert (
+        p.numa_nodes[1].choice
+        == "16 cores, 0 for the system, 2 GPU(s): 8 cores each (the node's share, within cores_per_gpu 4-16)"
+    )
+    assert p.numa_nodes[0].choice == "16 cores, 2 for the system, no GPU"
+
+
+def test_a_share_above_the_maximum_is_capped_and_the_rest_left_for_other_work():
+    facts = read_host(str(HOSTS / "dgx-h100"), CATALOG_MAP)  # 56 cores and 4 GPUs per node
+    p = plan(facts, TuningProfile(cores_per_gpu={"min": 4, "max": 10}), "dgx")
+    assert [n.cores_per_gpu for n in p.numa_nodes] == [10, 10]
+    assert p.numa_nodes[0].choice == (
+        "56 cores, 1 for the system, 4 GPU(s): 10 cores each (cores_per_gpu 4-10 caps the node's share of 13),"
+        " 15 left for other work"
+    )
+
+
+def test_too_few_cores_for_the_minimum_or_the_reservation_is_refused_with_the_numbers():
+    facts = read_host(str(HOSTS / "dgx-a100"), CATALOG_MAP)
+    with pytest.raises(TopologyError, match=r"host dgx: NUMA node 1 has 16 physical cores for 2 GPU\(s\); cores_per_gpu"
+                       r" min 9 needs 18 \(lower cores_per_gpu, e.g. --cores-per-gpu 8\)"):  # fmt: skip
+        plan(facts, TuningProfile(cores_per_gpu=9), "dgx")
+    with pytest.raises(TopologyError, match=r"65 cores reserved for the system do not fit: after 64, the GPUs need"):
+        plan(facts, TuningProfile(cores_per_gpu=8, reserved_cores=65), "dgx")
+
+
+def test_a_gpu_the_catalog_does_not_know_is_refused_with_its_pci_id():
+    facts = read_host(str(HOSTS / "dgx-h100"), {})
+    with pytest.raises(
+        TopologyError, match=r"GPU 0000:1b:00.0 has PCI id 10de:2330, which gpufleet's catalog does not"
+    ):
+        plan(facts, TuningProfile(), "h")
 
 
 def test_refusals_name_host_and_reason():
@@ -261,8 +334,12 @@ def topologies(draw: st.DrawFn) -> dict:
 # typical values most of the time, extremes sometimes: both the plans and the refusals get exercised
 PROFILES_ST = st.builds(
     TuningProfile,
-    cores_per_gpu=st.sampled_from([1, 2, 4, 6, 8]),
-    reserved_cores_per_node=st.integers(0, 2),
+    cores_per_gpu=st.one_of(
+        st.sampled_from([1, 2, 4, 6, 8]),
+        st.builds(CoresPerGpu),
+        st.builds(dict, min=st.integers(1, 8), max=st.just(12)),
+    ),
+    reserved_cores=st.one_of(st.none(), st.integers(0, 8)),
     hugepages_1g_per_gpu=st.sampled_from([0, 0, 0, 1, 2, 4, 16]),
     hugepages_2m_per_node=st.sampled_from([0, 0, 0, 256, 1024, 4096]),
     vfs_per_nic=st.sampled_from([0, 0, 4, 8, 16, 32]),
@@ -283,6 +360,34 @@ def test_generated_topologies_hold_the_invariants_or_are_refused_clearly(facts, 
     assert_invariants(facts, p, profile)
 
 
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(facts=topologies())
+def test_the_default_profile_plans_every_machine_that_has_room_for_it(facts):
+    """The default profile (4 to 16 cores per GPU, one system core per NUMA node) plans every generated machine
+    where each GPU's node has 4 cores per GPU and the host a core to spare per node, whatever the NPS mode or the
+    number of GPUs per node; it refuses exactly the others, with the reason."""
+    cores = {n["id"]: 0 for n in facts["numa_nodes"]}
+    for core in facts["cores"]:
+        cores[core["numa_node"]] += 1
+    gpus_on = dict.fromkeys(cores, 0)
+    for g in facts["gpus"]:
+        gpus_on[g["numa_node"] if g["numa_node"] is not None else 0] += 1
+    located = len(cores) == 1 or all(g["numa_node"] is not None for g in facts["gpus"])
+    room = all(cores[n] >= 4 * gpus_on[n] for n in cores) and sum(cores[n] - 4 * gpus_on[n] for n in cores) >= len(
+        cores
+    )
+    try:
+        p = plan(facts, TuningProfile(), "gen-host")
+    except TopologyError as exc:
+        assert not (located and room), exc.reason
+        assert re.search(r"NUMA node|reserved for the system", exc.reason), exc.reason
+        event("refused")
+        return
+    assert located and room
+    event(f"planned ({'with' if p.gpus else 'without'} GPUs)")
+    assert_invariants(facts, p, TuningProfile())
+
+
 @st.composite
 def feasible_cases(draw: st.DrawFn) -> tuple[dict, TuningProfile]:
     """A topology and a profile chosen to fit it: the planner must plan it (a refusal is a bug)."""
@@ -296,11 +401,11 @@ def feasible_cases(draw: st.DrawFn) -> tuple[dict, TuningProfile]:
     for g in facts["gpus"]:
         gpus_on[g["numa_node"] if g["numa_node"] is not None else 0] += 1
     assume(all(cores[n] >= gpus_on[n] for n in cores))  # at least a core per GPU, or no profile fits
-    reserved = draw(st.integers(0, min(cores.values()) - 1 if min(cores.values()) > 1 else 0))
-    room = min(((cores[n] - reserved) // gpus_on[n]) for n in cores if gpus_on[n]) if any(gpus_on.values()) else 8
-    if room < 1:
-        reserved, room = 0, min(cores[n] // gpus_on[n] for n in cores if gpus_on[n])
-    cores_per_gpu = draw(st.integers(1, max(1, min(room, 16)))) if room >= 1 else 1
+    room = min((cores[n] // gpus_on[n] for n in cores if gpus_on[n]), default=8)
+    minimum = draw(st.integers(1, min(room, 16)))
+    spare = sum(cores[n] - minimum * gpus_on[n] for n in cores)
+    reserved = draw(st.one_of(st.integers(0, spare), *([st.none()] if spare >= len(cores) else [])))
+    cores_per_gpu = CoresPerGpu(min=minimum, max=draw(st.integers(minimum, minimum + 16)))
     smallest_mib = min(n["memory_kib"] // 1024 for n in facts["numa_nodes"])
     keep = max(512, int(0.1 * smallest_mib))
     most_gpus = max(gpus_on.values())
@@ -311,7 +416,7 @@ def feasible_cases(draw: st.DrawFn) -> tuple[dict, TuningProfile]:
     vfs = draw(st.integers(0, min(limits))) if limits else 0
     profile = TuningProfile(
         cores_per_gpu=cores_per_gpu,
-        reserved_cores_per_node=reserved,
+        reserved_cores=reserved,
         hugepages_1g_per_gpu=per_gpu,
         hugepages_2m_per_node=pages_2m,
         vfs_per_nic=vfs,
@@ -375,7 +480,7 @@ def test_kubelet_plan_does_not_move_with_boot_to_boot_memtotal_noise():
     """Two boots of the same lab VM left different MemTotal per node (recorded: 4016120 vs 4061380 kB on node 0,
     2060868 vs 2015616 kB on node 1); the kubelet drop-in must come out the same, or it changes after every
     reboot and a converge is never idempotent."""
-    profile = TuningProfile(reserved_cores_per_node=1, hugepages_1g_per_node=1, hugepages_2m_per_node=64)
+    profile = TuningProfile(reserved_cores=2, hugepages_1g_per_node=1, hugepages_2m_per_node=64)
 
     def lab_host(node0_kib: int, node1_kib: int) -> dict:
         cores = [{"package": n, "core": c, "cpus": [2 * n + c], "numa_node": n} for n in (0, 1) for c in (0, 1)]
