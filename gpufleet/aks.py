@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpufleet.spec.models import AksManagedMig, GpuPool
+if TYPE_CHECKING:  # the spec's rules use this module: no import of the spec package at run time
+    from gpufleet.spec.models import GpuPool
 
 # AKS's recommendation for a dedicated system pool: only critical add-ons schedule there (pods that tolerate it).
 SYSTEM_POOL_TAINT = "CriticalAddonsOnly=true:NoSchedule"
@@ -29,7 +30,7 @@ def immutable_fields(pool: GpuPool) -> dict[str, Any]:
         "zones": sorted(pool.zones),
         "spot": pool.spot.model_dump() if pool.spot else None,
         "gpu_driver": pool.aks_gpu_driver,
-        "gpu_instance_profile": pool.mig.profile if isinstance(pool.mig, AksManagedMig) else None,
+        "gpu_instance_profile": pool.mig.profile if pool.mig is not None and pool.mig.managed_by == "aks" else None,
         "taints": sorted(pool.taints),
     }
 

@@ -142,25 +142,8 @@ def plan_driver(
         raise DriverPlanError(f"nvidia_driver_kernel_modules {kernel_modules!r}: use 'open' or 'proprietary'")
     open_modules = kernel_modules == "open"
     _check_modules(open_modules, gpus_without_open_modules, gpus_without_proprietary_modules)
+    source = _source(platform, source)
     family = platform.family
-    if source == "auto":
-        source = "ubuntu" if family == "Ubuntu" else "cuda"
-    if source not in SOURCES:
-        raise DriverPlanError(f"nvidia_driver_source {source!r}: use one of auto, {', '.join(SOURCES)}")
-    if family not in SOURCES[source]:
-        where = ", ".join(SOURCES[source])
-        raise DriverPlanError(
-            f"nvidia_driver_source {source!r} is for {where}; this host runs {platform.distribution} "
-            f"{platform.major_version}: use 'cuda'" + (" or 'ubuntu'" if family == "Ubuntu" else "")
-        )
-    headers = (
-        [f"kernel-devel-{platform.kernel}", f"kernel-headers-{platform.kernel}"]
-        if family == "RedHat"
-        else [f"linux-headers-{platform.kernel}"]
-    )
-    initramfs = (
-        ["dracut", "--force", "--regenerate-all"] if family == "RedHat" else ["update-initramfs", "-u", "-k", "all"]
-    )
     common: dict[str, Any] = {
         "source": source,
         "family": family,
@@ -168,74 +151,117 @@ def plan_driver(
         "branch": branch,
         "open_modules": open_modules,
         "secure_boot": secure_boot,
-        "initramfs_command": initramfs,
+        "initramfs_command": (
+            ["dracut", "--force", "--regenerate-all"] if family == "RedHat" else ["update-initramfs", "-u", "-k", "all"]
+        ),
     }
-    flavour = "-open" if open_modules else ""
     if source == "ubuntu":
-        if secure_boot:  # Canonical's signed, precompiled modules: no DKMS build, nothing to sign
-            packages = [
-                f"linux-modules-nvidia-{branch}-server{flavour}-{platform.kernel}",
-                f"nvidia-utils-{branch}-server",
-                f"nvidia-compute-utils-{branch}-server",
-                f"libnvidia-compute-{branch}-server",
-            ]
-        else:
-            packages = [f"nvidia-driver-{branch}-server{flavour}", *headers]
-        return DriverPlan(
-            **common,
-            repository={},
-            packages=packages,
-            version_package=packages[0] if not secure_boot else f"nvidia-utils-{branch}-server",
-            fabric_manager=f"nvidia-fabricmanager-{branch}" if nvswitches else "",
-            hold_patterns=["*nvidia*", "libnvidia-*"],
-            dkms=not secure_boot,
-        )
+        return _ubuntu_plan(platform, common, nvswitches)
     if source == "debian":
-        have = DEBIAN_BRANCHES.get(platform.codename)
-        if have is None:
-            raise DriverPlanError(f"Debian {platform.codename} is not known to gpufleet's driver sources: use 'cuda'")
-        if have != branch:
-            raise DriverPlanError(
-                f"Debian {platform.codename} ships driver branch {have}, not {branch}: set nvidia_driver_branch: "
-                f"'{have}', or nvidia_driver_source: cuda for branch {branch}"
-            )
-        if nvswitches:
-            raise DriverPlanError(
-                "this host has NVSwitches but Debian's packages carry no Fabric Manager: use nvidia_driver_source: cuda"
-            )
-        dkms_package = "nvidia-open-kernel-dkms" if open_modules else "nvidia-kernel-dkms"
-        suites = [platform.codename, f"{platform.codename}-updates"]
-        components = ["contrib", "non-free", "non-free-firmware"]
-        return DriverPlan(
-            **common,
-            repository={
-                "name": "gpufleet-debian-nvidia",
-                "stanzas": [
-                    {"uris": debian_mirror, "suites": suites, "components": components},
-                    {
-                        "uris": debian_security_mirror,
-                        "suites": [f"{platform.codename}-security"],
-                        "components": components,
-                    },
-                ],
-                "signed_by": "/usr/share/keyrings/debian-archive-keyring.gpg",
-            },
-            packages=[
-                dkms_package,
-                "nvidia-driver",
-                "firmware-nvidia-gsp",
-                "nvidia-persistenced",
-                "nvidia-smi",
-                *headers,
-            ],
-            # Debian's security suite updates nvidia-graphics-drivers without the open modules' own source package:
-            # the kernel module decides the version and everything else is pinned to it
-            version_package=dkms_package,
-            kernel_module="nvidia-current-open" if open_modules else "nvidia-current",
-            pin_sources=["nvidia-graphics-drivers"] + (["nvidia-open-gpu-kernel-modules"] if open_modules else []),
-            hold_patterns=["*nvidia*", "firmware-nvidia-gsp"],
+        return _debian_plan(platform, common, nvswitches, debian_mirror, debian_security_mirror)
+    return _cuda_plan(platform, common, nvswitches, cuda_repo_base)
+
+
+def _source(platform: Platform, source: str) -> str:
+    """The package source, ``auto`` resolved (Ubuntu's own archive on Ubuntu, NVIDIA's CUDA repository elsewhere);
+    refused when it does not serve the host's distribution."""
+    if source == "auto":
+        source = "ubuntu" if platform.family == "Ubuntu" else "cuda"
+    if source not in SOURCES:
+        raise DriverPlanError(f"nvidia_driver_source {source!r}: use one of auto, {', '.join(SOURCES)}")
+    if platform.family not in SOURCES[source]:
+        where = ", ".join(SOURCES[source])
+        raise DriverPlanError(
+            f"nvidia_driver_source {source!r} is for {where}; this host runs {platform.distribution} "
+            f"{platform.major_version}: use 'cuda'" + (" or 'ubuntu'" if platform.family == "Ubuntu" else "")
         )
-    # cuda
+    return source
+
+
+def _headers(platform: Platform) -> list[str]:
+    """The kernel headers a DKMS build needs for the running kernel."""
+    if platform.family == "RedHat":
+        return [f"kernel-devel-{platform.kernel}", f"kernel-headers-{platform.kernel}"]
+    return [f"linux-headers-{platform.kernel}"]
+
+
+def _ubuntu_plan(platform: Platform, common: dict[str, Any], nvswitches: int) -> DriverPlan:
+    """Canonical's packages: with Secure Boot its signed, precompiled modules (no DKMS build, nothing to sign)."""
+    branch, secure_boot = common["branch"], common["secure_boot"]
+    flavour = "-open" if common["open_modules"] else ""
+    if secure_boot:
+        packages = [
+            f"linux-modules-nvidia-{branch}-server{flavour}-{platform.kernel}",
+            f"nvidia-utils-{branch}-server",
+            f"nvidia-compute-utils-{branch}-server",
+            f"libnvidia-compute-{branch}-server",
+        ]
+    else:
+        packages = [f"nvidia-driver-{branch}-server{flavour}", *_headers(platform)]
+    return DriverPlan(
+        **common,
+        repository={},
+        packages=packages,
+        version_package=packages[0] if not secure_boot else f"nvidia-utils-{branch}-server",
+        fabric_manager=f"nvidia-fabricmanager-{branch}" if nvswitches else "",
+        hold_patterns=["*nvidia*", "libnvidia-*"],
+        dkms=not secure_boot,
+    )
+
+
+def _debian_plan(
+    platform: Platform, common: dict[str, Any], nvswitches: int, mirror: str, security_mirror: str
+) -> DriverPlan:
+    """Debian's non-free packages: the one branch the release carries, DKMS-built, no Fabric Manager."""
+    branch, open_modules = common["branch"], common["open_modules"]
+    have = DEBIAN_BRANCHES.get(platform.codename)
+    if have is None:
+        raise DriverPlanError(f"Debian {platform.codename} is not known to gpufleet's driver sources: use 'cuda'")
+    if have != branch:
+        raise DriverPlanError(
+            f"Debian {platform.codename} ships driver branch {have}, not {branch}: set nvidia_driver_branch: "
+            f"'{have}', or nvidia_driver_source: cuda for branch {branch}"
+        )
+    if nvswitches:
+        raise DriverPlanError(
+            "this host has NVSwitches but Debian's packages carry no Fabric Manager: use nvidia_driver_source: cuda"
+        )
+    dkms_package = "nvidia-open-kernel-dkms" if open_modules else "nvidia-kernel-dkms"
+    components = ["contrib", "non-free", "non-free-firmware"]
+    return DriverPlan(
+        **common,
+        repository={
+            "name": "gpufleet-debian-nvidia",
+            "stanzas": [
+                {
+                    "uris": mirror,
+                    "suites": [platform.codename, f"{platform.codename}-updates"],
+                    "components": components,
+                },
+                {"uris": security_mirror, "suites": [f"{platform.codename}-security"], "components": components},
+            ],
+            "signed_by": "/usr/share/keyrings/debian-archive-keyring.gpg",
+        },
+        packages=[
+            dkms_package,
+            "nvidia-driver",
+            "firmware-nvidia-gsp",
+            "nvidia-persistenced",
+            "nvidia-smi",
+            *_headers(platform),
+        ],
+        # Debian's security suite updates nvidia-graphics-drivers without the open modules' own source package:
+        # the kernel module decides the version and everything else is pinned to it
+        version_package=dkms_package,
+        kernel_module="nvidia-current-open" if open_modules else "nvidia-current",
+        pin_sources=["nvidia-graphics-drivers"] + (["nvidia-open-gpu-kernel-modules"] if open_modules else []),
+        hold_patterns=["*nvidia*", "firmware-nvidia-gsp"],
+    )
+
+
+def _cuda_plan(platform: Platform, common: dict[str, Any], nvswitches: int, repo_base: str) -> DriverPlan:
+    """NVIDIA's CUDA repository: a module stream (dnf) or a branch pinning package (apt)."""
+    branch, open_modules, family = common["branch"], common["open_modules"], platform.family
     distro = CUDA_DISTROS[family].get(platform.major_version)
     if distro is None:
         known = ", ".join(f"{family} {v}" for v in CUDA_DISTROS[family])
@@ -243,14 +269,14 @@ def plan_driver(
             f"NVIDIA's CUDA repository has no {platform.distribution} {platform.major_version} "
             f"in gpufleet's list ({known})"
         )
-    base = f"{cuda_repo_base.rstrip('/')}/{distro}/x86_64"
+    base = f"{repo_base.rstrip('/')}/{distro}/x86_64"
     main = "nvidia-open" if open_modules else "cuda-drivers"
     if family == "RedHat":
         return DriverPlan(
             **common,
             repository={"repo_file_url": f"{base}/cuda-{distro}.repo", "name": f"cuda-{distro}-x86_64"},
             module_stream=f"nvidia-driver:{branch}-open" if open_modules else f"nvidia-driver:{branch}-dkms",
-            packages=[*headers, main],
+            packages=[*_headers(platform), main],
             version_package=main,
             fabric_manager="nvidia-fabricmanager" if nvswitches else "",
             hold_patterns=[f"*nvidia*{branch}*"],
@@ -260,7 +286,7 @@ def plan_driver(
         **common,
         repository={"keyring_url": f"{base}/{CUDA_KEYRING}", "keyring_package": "cuda-keyring"},
         pinning_packages=[f"nvidia-driver-pinning-{branch}"],
-        packages=[*headers, main],
+        packages=[*_headers(platform), main],
         version_package=main,
         fabric_manager=("nvidia-fabricmanager" if unversioned else f"nvidia-fabricmanager-{branch}") * bool(nvswitches),
         hold_patterns=["*nvidia*", "libnvidia-*", "cuda-drivers*"],

@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from gpufleet import mig
+from gpufleet.aks import aks_pool_name
 from gpufleet.catalog import Catalog, Gpu, VmSize
 from gpufleet.diagnostics import Finding, Path, did_you_mean, format_path
 from gpufleet.spec.models import AksManagedMig, GpuPool, HostGroup, MigLayout, Stack, TuningProfile
@@ -45,8 +47,6 @@ def check_mig_layout(
 ) -> Iterator[Finding]:
     """Each device group is a layout that fits one GPU of this model (the MIG planner's exact check); each
     profile is first checked on its own so every bad profile is named at its key."""
-    from gpufleet import mig
-
     for gi, group in enumerate(layout.devices):
         gpath = (*path, "devices", gi)
         if gpus_per_host is not None and group.gpus != "all":
@@ -295,8 +295,6 @@ def check_aks_pools(pools: Sequence[GpuPool | None], system_pool_name: str | Non
 def check_aks_names(pools: Sequence[GpuPool | None]) -> Iterator[Finding]:
     """Pools whose names share their first 8 characters and whose immutable fields are equal get the same AKS name
     (gpufleet.aks.aks_pool_name)."""
-    from gpufleet.aks import aks_pool_name  # here: gpufleet.aks imports the models, which load this module
-
     seen: dict[str, str] = {}
     for i, pool in enumerate(pools):
         if pool is None:

@@ -16,7 +16,17 @@ import typer
 from rich.table import Table
 from typer.core import TyperGroup
 
-from gpufleet.cli import EXIT_INVALID, EXIT_USAGE, JsonOpt, RootOpt, _emit_json, _usage_error, err, out
+from gpufleet.cli.common import (
+    EXIT_INVALID,
+    JsonOpt,
+    RootOpt,
+    emit_json,
+    err,
+    load_or_exit,
+    out,
+    project_root,
+    usage_error,
+)
 
 
 class Outcome(StrEnum):
@@ -48,12 +58,6 @@ promote_app = typer.Typer(
     ),
     no_args_is_help=True,
 )
-
-
-def _root(root: Path | None) -> Path:
-    from gpufleet.spec import find_project_root
-
-    return (root or find_project_root()).resolve()
 
 
 def _policy(root: Path) -> Any:
@@ -132,16 +136,16 @@ def promote_to(
 
     Exit 0 when promoted (or nothing to do, or a dry run that would pass), 1 when refused, 2 on usage errors.
     """
-    from gpufleet.promote import decide, default_source, now_utc, write_target
+    from gpufleet.promote import decide, default_source, now_utc
 
     if force and not (reason and reason.strip()):
-        raise _usage_error("--force needs --reason TEXT: the ledger records why the gates were forced")
+        raise usage_error("--force needs --reason TEXT: the ledger records why the gates were forced")
     if reason and not force:
-        raise _usage_error("--reason goes with --force")
-    project = _root(root)
+        raise usage_error("--reason goes with --force")
+    project = project_root(root)
     policy = _policy(project)
     if policy.position(target) is None:
-        raise _usage_error(f"{target} is not in {project / 'promotion.yaml'}; its stacks: {', '.join(policy.stacks())}")
+        raise usage_error(f"{target} is not in {project / 'promotion.yaml'}; its stacks: {', '.join(policy.stacks())}")
     source = source or default_source(policy, target)
     if source is None:
         out.print(
@@ -150,35 +154,17 @@ def promote_to(
         )
         raise typer.Exit(EXIT_INVALID)
     if not (project / f"Pulumi.{source}.yaml").is_file():
-        raise _usage_error(f"no stack file Pulumi.{source}.yaml in {project}")
+        raise usage_error(f"no stack file Pulumi.{source}.yaml in {project}")
     ledger, entries = _ledger(project)
     decision = decide(project, policy, entries, source, target, now_utc())
     blocking = [] if decision.pins and not decision.changes else decision.blocking(force)  # nothing to move
     forced = [r for r in decision.refusals if r not in blocking]
-    written = False
-    applied: bool | None = None
+    written, applied = False, None
     if decision.changes and not blocking and not dry_run and decision.new_text is not None:
-        write_target(project / f"Pulumi.{target}.yaml", decision.new_text)
-        ledger.append(
-            _entry(
-                "promote",
-                target,
-                decision.release,
-                "ok",
-                project,
-                **{"from": source, "previous_release": decision.previous},
-                pins={k: after for k, (_, after) in decision.pins.items()},
-                forced=[r.gate for r in forced] or None,
-                reason=reason if forced else None,
-            )
-        )
         written = True
-        if apply:
-            applied = _apply(project, target)
-            if applied is not None:
-                ledger.append(_entry("deploy", target, decision.release, "ok" if applied else "failed", project))
+        applied = _write(project, ledger, decision, source, target, forced, reason, apply)
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "source": source,
                 "target": target,
@@ -197,6 +183,35 @@ def promote_to(
         raise typer.Exit(EXIT_INVALID)
     if applied is False:
         raise typer.Exit(EXIT_INVALID)
+
+
+def _write(
+    project: Path, ledger: Any, decision: Any, source: str, target: str, forced: list, reason: str | None, apply: bool
+) -> bool | None:
+    """Write the target's new stack file and its ledger entry; with ``apply``, ``pulumi up`` and its entry too.
+    Returns whether the deployment succeeded (None: not applied)."""
+    from gpufleet.promote import write_target
+
+    write_target(project / f"Pulumi.{target}.yaml", decision.new_text)
+    ledger.append(
+        _entry(
+            "promote",
+            target,
+            decision.release,
+            "ok",
+            project,
+            **{"from": source, "previous_release": decision.previous},
+            pins={k: after for k, (_, after) in decision.pins.items()},
+            forced=[r.gate for r in forced] or None,
+            reason=reason if forced else None,
+        )
+    )
+    if not apply:
+        return None
+    applied = _apply(project, target)
+    if applied is not None:
+        ledger.append(_entry("deploy", target, decision.release, "ok" if applied else "failed", project))
+    return applied
 
 
 def _print_decision(
@@ -255,26 +270,18 @@ def promote_record(
     verification is what lets the release move on, once the stage's soak time has passed.
     """
     from gpufleet.promote import LEDGER_FILE, Ledger, parse_time, release_hash
-    from gpufleet.spec import load_stack
 
-    project = _root(root)
-    path = project / f"Pulumi.{stack}.yaml"
-    if not path.is_file():
-        raise _usage_error(f"no stack file Pulumi.{stack}.yaml in {project}")
-    loaded = load_stack(path)
-    if loaded.stack is None:
-        for d in loaded.diagnostics:
-            err.print(str(d), markup=False)
-        raise typer.Exit(EXIT_INVALID)
+    project = project_root(root)
+    pinned = load_or_exit(stack, project, as_json, "nothing recorded")
     try:
         when = parse_time(at) if at else None
     except ValueError:
-        raise _usage_error(f"--at {at!r} is not an ISO 8601 time, e.g. 2026-11-20T14:00:00Z") from None
-    release = release_hash(loaded.stack.release.model_dump())
+        raise usage_error(f"--at {at!r} is not an ISO 8601 time, e.g. 2026-11-20T14:00:00Z") from None
+    release = release_hash(pinned.release.model_dump())
     entry = _entry(kind.value, stack, release, result.value, project, at=when, note=note)
     Ledger(project / LEDGER_FILE).append(entry)
     if as_json:
-        _emit_json(entry)
+        emit_json(entry)
     else:
         out.print(f"recorded: {kind.value} {result.value} of release {release} on {stack} at {entry['time']}")
 
@@ -284,12 +291,12 @@ def promote_status(as_json: JsonOpt = False, root: RootOpt = None) -> None:
     """Which release each stack runs (stage x region), its verification and soak, and what may move next."""
     from gpufleet.promote import iso, now_utc, status
 
-    project = _root(root)
+    project = project_root(root)
     policy = _policy(project)
     _, entries = _ledger(project)
     rows = status(project, policy, entries, now_utc())
     if as_json:
-        _emit_json(
+        emit_json(
             [
                 {
                     "stack": r.stack,
@@ -331,6 +338,3 @@ def promote_status(as_json: JsonOpt = False, root: RootOpt = None) -> None:
             cells.append(f"wave {r.wave}: {r.release or 'invalid'}\n{check}{source}")
         table.add_row(stage.name, *cells)
     out.print(table)
-
-
-__all__ = ["EXIT_USAGE", "promote_app"]

@@ -1,0 +1,54 @@
+"""The ``gpufleet`` command line: thin over the library (typer + rich), ``--json`` on every command.
+
+One module per command group: ``stack`` (validate, plan, render), ``mig``, ``topology``, ``lab``, ``promote``;
+``common`` holds what they share (exit codes, output, options, stack loading). Exit codes: 0 success, 1 the input is
+wrong (an invalid stack, an unknown GPU), 2 usage errors (bad options, a stack name that names no file).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpufleet import __version__
+from gpufleet.cli import stack
+from gpufleet.cli.common import out
+from gpufleet.cli.lab import lab_app
+from gpufleet.cli.mig import mig_app
+from gpufleet.cli.promote import promote_app
+from gpufleet.cli.topology import topology_app
+
+app = typer.Typer(
+    name="gpufleet",
+    help="GPU fleets as code: validated stacks, hardware-aware planners, Pulumi for AKS, Ansible for bare metal.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+for command in (stack.validate, stack.plan, stack.render):
+    app.command()(command)
+app.add_typer(mig_app, name="mig")
+app.add_typer(lab_app, name="lab")
+app.add_typer(topology_app, name="topology")
+app.add_typer(promote_app, name="promote")
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"gpufleet {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """GPU fleets as code."""
+
+
+def main() -> None:
+    app()

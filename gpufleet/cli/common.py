@@ -1,0 +1,83 @@
+"""What every command shares: exit codes, the two consoles and JSON output, the common options, and the one path
+from a stack name to a validated stack (resolve -> load -> diagnostics -> exit code)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+if TYPE_CHECKING:
+    from gpufleet.diagnostics import Diagnostic
+    from gpufleet.spec.models import Stack
+
+# Exit codes: 0 success, 1 the input is wrong (an invalid stack, an unknown GPU), 2 usage errors (bad options, a
+# stack name that names no file).
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+RootOpt = Annotated[
+    Path | None,
+    typer.Option("--root", help="Project root holding the stack files (default: the nearest Pulumi.yaml upward)."),
+]
+StackArg = Annotated[str, typer.Argument(help="Stack name (prod-westeurope) or stack file.")]
+
+
+def emit_json(data: Any) -> None:
+    """``--json`` output: one document on stdout."""
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def usage_error(message: str) -> typer.Exit:
+    """Say what is wrong with the command line; the caller raises the returned exit (code 2)."""
+    err.print(f"[red]error:[/red] {message}")
+    return typer.Exit(EXIT_USAGE)
+
+
+def project_root(root: Path | None) -> Path:
+    """``--root``, else the nearest directory upward holding Pulumi.yaml."""
+    from gpufleet.spec import find_project_root
+
+    return (root or find_project_root()).resolve()
+
+
+def report_invalid(name: str, diagnostics: Sequence[Diagnostic], as_json: bool, consequence: str) -> typer.Exit:
+    """Every error of an invalid input (``file:line: key: message``), on stderr or as JSON; exit 1."""
+    if as_json:
+        emit_json({"stack": name, "ok": False, "errors": [d.to_dict() for d in diagnostics]})
+    else:
+        err.print(f"[red]invalid[/red] {escape(name)}: {consequence}")
+        for d in diagnostics:
+            err.print(f"  {d}", markup=False)
+    return typer.Exit(EXIT_INVALID)
+
+
+def resolve_or_exit(ref: str, root: Path | None) -> Path:
+    """The stack file a name (``prod-westeurope``) or path names; exit 2 when there is none."""
+    from gpufleet.spec import StackNotFound, resolve_stack
+
+    try:
+        return resolve_stack(ref, project_root(root))
+    except StackNotFound as exc:
+        raise usage_error(str(exc)) from None
+
+
+def load_or_exit(ref: str, root: Path | None, as_json: bool = False, consequence: str = "nothing done") -> Stack:
+    """The validated stack ``ref`` names: exit 2 when no such stack, 1 with every error when it is invalid
+    (``consequence`` says what was not done)."""
+    from gpufleet.spec import load_stack
+
+    loaded = load_stack(resolve_or_exit(ref, root))
+    if loaded.stack is None:
+        raise report_invalid(f"stack {loaded.name}", loaded.diagnostics, as_json, consequence)
+    return loaded.stack

@@ -1,0 +1,231 @@
+"""``gpufleet lab``: the local bare-metal lab (up, status, converge, verify, run, down)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from gpufleet.cli.common import (
+    EXIT_INVALID,
+    JsonOpt,
+    RootOpt,
+    emit_json,
+    err,
+    load_or_exit,
+    out,
+    project_root,
+    usage_error,
+)
+from gpufleet.lab.config import LAB_STACK
+
+lab_app = typer.Typer(
+    help="The local bare-metal lab: Debian VMs with two NUMA nodes, an SR-IOV device and a Redfish BMC each.",
+    no_args_is_help=True,
+)
+
+
+def _stamp(to_stderr: bool = False) -> Any:
+    """A progress printer with seconds since start; on stderr when stdout carries --json output."""
+    start = time.monotonic()
+    console = err if to_stderr else out
+
+    def say(message: str) -> None:
+        console.print(f"[dim]{time.monotonic() - start:6.0f}s[/dim]  {escape(message)}", markup=True, highlight=False)
+
+    return say
+
+
+def _lab(hosts: int, prefix: str = "lab", as_json: bool = False) -> Any:
+    from gpufleet.lab import Lab
+
+    return Lab(prefix, hosts, progress=_stamp(to_stderr=as_json))
+
+
+def _lab_inventory(project: Path) -> Path:
+    """Where the lab-local stack keeps its inventory."""
+    stack = load_or_exit(LAB_STACK, project, consequence="the lab has no inventory")
+    if stack.baremetal is None:
+        err.print(f"[red]error:[/red] stack {LAB_STACK} has no gpufleet:baremetal section")
+        raise typer.Exit(EXIT_INVALID)
+    return project / stack.baremetal.inventory / "hosts.yml"
+
+
+HostsOpt = Annotated[int, typer.Option("--hosts", min=1, max=4, help="Number of lab hosts.")]
+
+
+def _prefix(value: str) -> str:
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,15}", value):
+        raise typer.BadParameter(f"{value!r}: 1-16 lowercase letters and digits, starting with a letter")
+    return value
+
+
+PrefixOpt = Annotated[
+    str,
+    typer.Option(
+        "--prefix", callback=_prefix, help="Host name prefix: labs side by side (Molecule scenarios use their own)."
+    ),
+]
+
+
+InventoryOpt = Annotated[
+    Path | None, typer.Option("--inventory", help="Where to write the inventory (default: the lab-local stack's).")
+]
+
+
+@lab_app.command("up")
+def lab_up(
+    hosts: HostsOpt = 2,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Recreate the hosts from the image.")] = False,
+    prefix: PrefixOpt = "lab",
+    inventory: InventoryOpt = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Build the image (cached), start libvirt and the Redfish emulator, power the hosts on through Redfish, wait
+    for SSH and write inventories/lab-local/hosts.yml. Idempotent: running hosts are kept."""
+    from gpufleet.lab import LabError
+
+    inventory = inventory or _lab_inventory(project_root(root))
+    try:
+        result = _lab(hosts, prefix, as_json).up(inventory=inventory, fresh=fresh)
+    except LabError as exc:
+        err.print(f"[red]lab up failed:[/red] {exc}", markup=True)
+        raise typer.Exit(EXIT_INVALID) from None
+    if as_json:
+        emit_json(
+            {
+                "accel": result.accel.name,
+                "accel_reason": result.accel.reason,
+                "backend": result.backend,
+                "redfish": result.redfish,
+                "hosts": [{"name": h.name, "ssh_port": h.ssh_port, "uuid": h.uuid} for h in result.hosts],
+                "image_built": result.image_built,
+                "image_seconds": round(result.image_seconds, 1),
+                "boot_seconds": {k: round(v, 1) for k, v in result.boot_seconds.items()},
+                "seconds": round(result.total_seconds, 1),
+            }
+        )
+        return
+    out.print(f"lab up in {result.total_seconds:.0f} s: {len(result.hosts)} host(s), inventory {inventory}")
+
+
+@lab_app.command("status")
+def lab_status(hosts: HostsOpt = 2, prefix: PrefixOpt = "lab", as_json: JsonOpt = False) -> None:
+    """Hosts, their power state (through Redfish) and whether SSH answers."""
+    rows = _lab(hosts, prefix, as_json).status()
+    if as_json:
+        emit_json([r.__dict__ for r in rows])
+        return
+    if not rows:
+        out.print("no lab hosts (gpufleet lab up)")
+        return
+    table = Table(title="lab hosts")
+    for col in ("host", "SSH", "power (BMC)", "reachable", "BMC system id"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.name, f"127.0.0.1:{r.ssh_port}", r.power, "yes" if r.ssh else "no", r.uuid)
+    out.print(table)
+
+
+@lab_app.command("down")
+def lab_down(hosts: HostsOpt = 2, prefix: PrefixOpt = "lab") -> None:
+    """Power the hosts off through Redfish, remove them, and stop the daemons the lab started."""
+    _lab(hosts, prefix).down()
+    out.print("lab down")
+
+
+def _playbook_exit(rc: int) -> typer.Exit:
+    """A failed playbook's exit: 1 (a task failed) and 2 (a host unreachable or failed) as ansible-playbook gives
+    them, 1 for anything else."""
+    return typer.Exit(rc if rc in (1, 2) else 1)
+
+
+@lab_app.command("converge")
+def lab_converge(
+    check: Annotated[bool, typer.Option("--check", help="Ansible check mode: report, change nothing.")] = False,
+    limit: Annotated[str | None, typer.Option("--limit", help="Ansible host pattern.")] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Run ansible/site.yml on the lab (facts -> plan -> roles), as on real hosts."""
+    from gpufleet.lab.ansible_run import run_playbook
+
+    project = project_root(root)
+    inventory = _lab_inventory(project)
+    if not inventory.exists():
+        raise usage_error(f"{inventory} does not exist: run gpufleet lab up first")
+    result = run_playbook(
+        project / "ansible/site.yml", inventory, {"gpufleet_stack": LAB_STACK}, check=check, limit=limit,
+        progress=_stamp(),
+    )  # fmt: skip
+    if as_json:
+        emit_json({"rc": result.rc, "seconds": round(result.seconds, 1), "recap": result.recap, "log": str(result.log)})
+    else:
+        for host, counts in sorted(result.recap.items()):
+            out.print(f"{host}: " + " ".join(f"{k}={v}" for k, v in counts.items()), markup=False)
+        out.print(f"site.yml {'(check mode) ' if check else ''}finished in {result.seconds:.0f} s, rc={result.rc}")
+    if result.rc:
+        raise _playbook_exit(result.rc)
+
+
+@lab_app.command("run")
+def lab_run(
+    hosts: HostsOpt = 2,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Recreate the hosts from the image first.")] = False,
+    since: Annotated[
+        float | None,
+        typer.Option("--since", help="When `make lab` started (epoch seconds): the time before is shown as setup."),
+    ] = None,
+    prefix: PrefixOpt = "lab",
+    inventory: InventoryOpt = None,
+    root: RootOpt = None,
+) -> None:
+    """The main job on the lab, as `make lab` runs it: up, converge (ansible/site.yml), verify, then the time of
+    each phase (image, boot to SSH, converge, reboot, verify) and the total. Exit 1 when a host differs from its
+    plan, the converge's exit code when it fails. The figures are kept in build/timings/make-lab.json
+    (lab-run-<prefix>.json for another --prefix)."""
+    from gpufleet.lab import LabError
+    from gpufleet.lab.job import record, run_main_job
+
+    project = project_root(root)
+    inventory = inventory or _lab_inventory(project)
+    setup = max(0.0, time.time() - since) if since else None
+    say = _stamp()
+    try:
+        result = run_main_job(project, inventory, _lab(hosts, prefix), say, setup_seconds=setup, fresh=fresh)
+    except LabError as exc:
+        err.print(f"[red]lab up failed:[/red] {exc}", markup=True)
+        raise typer.Exit(EXIT_INVALID) from None
+    for r in result.reports:
+        out.print(r.render(), markup=False)
+    record("make-lab" if prefix == "lab" else f"lab-run-{prefix}", result.to_dict(), project)
+    out.print("lab phases:", markup=False)
+    out.print(result.table(), markup=False, highlight=False)
+    if result.converge_rc:
+        out.print(f"site.yml failed (rc={result.converge_rc}); its log is in ~/.cache/gpufleet/lab/logs/")
+        raise _playbook_exit(result.converge_rc)
+    if not result.ok:
+        raise typer.Exit(EXIT_INVALID)
+
+
+@lab_app.command("verify")
+def lab_verify(as_json: JsonOpt = False, root: RootOpt = None) -> None:
+    """Each lab host's real state against its plan: NUMA nodes, /proc/cmdline, hugepages, VFs, kubelet pinning.
+    Exit 1 when a host differs from its plan."""
+    from gpufleet.lab.report import lab_report
+
+    project = project_root(root)
+    reports = lab_report(_lab_inventory(project), LAB_STACK, project)
+    if as_json:
+        emit_json([r.to_dict() for r in reports])
+    else:
+        for r in reports:
+            out.print(r.render(), markup=False)
+    if not all(r.ok for r in reports):
+        raise typer.Exit(EXIT_INVALID)

@@ -1,0 +1,226 @@
+"""``gpufleet mig``: MIG profiles of a GPU model, does a set of instances fit one GPU, fleet packing."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from gpufleet.cli.common import EXIT_INVALID, JsonOpt, emit_json, err, out, usage_error
+
+mig_app = typer.Typer(help="MIG profiles and layouts per GPU model.", no_args_is_help=True)
+
+
+def _resolve_gpu(gpu: str, as_json: bool, empty: dict[str, Any]) -> Any:
+    """A catalog GPU, or exit 1 naming the valid choices (JSON: ``empty`` with the reason)."""
+    from gpufleet.catalog import UnknownGpu, load_catalog
+
+    try:
+        return load_catalog().gpu(gpu)
+    except UnknownGpu as exc:
+        if as_json:
+            emit_json({"gpu": gpu, **empty, "reason": str(exc)})
+        else:
+            err.print(f"[red]error:[/red] {exc}", markup=False)
+        raise typer.Exit(EXIT_INVALID) from None
+
+
+GpuArg = Annotated[
+    str, typer.Argument(help="GPU: catalog name (H100-SXM5-80GB), PCI id (10de:2330) or nvidia-smi name.")
+]
+
+
+@mig_app.command("profiles")
+def mig_profiles(gpu: GpuArg, as_json: JsonOpt = False) -> None:
+    """The MIG profiles of one GPU model (slices, placements {starts}:size on the memory-slice axis, max
+    instances per GPU, usable memory) and every maximal layout. Exit 1 for an unknown GPU or one without MIG."""
+    from gpufleet import mig
+    from gpufleet.catalog import load_catalog
+
+    model = _resolve_gpu(gpu, as_json, {"mig": False, "profiles": []})
+    if model.mig is None:
+        reason = load_catalog().no_mig_reason(model)
+        if as_json:
+            emit_json({"gpu": model.name, "mig": False, "profiles": [], "reason": reason})
+        else:
+            err.print(f"[red]error:[/red] {reason}")
+        raise typer.Exit(EXIT_INVALID)
+
+    geometry = model.mig
+    layouts = mig.maximal_layouts(model)
+    if as_json:
+        emit_json(
+            {
+                "gpu": model.name,
+                "mig": True,
+                "compute_slices": geometry.compute_slices,
+                "memory_slices": geometry.memory_slices,
+                "profiles": [p.model_dump(mode="json") for p in geometry.profiles],
+                "maximal_layouts": [dict(lay) for lay in layouts],
+            }
+        )
+        return
+    table = Table(
+        title=f"{model.name}: {geometry.compute_slices} compute slices, {geometry.memory_slices} memory slices"
+    )
+    for col in ("profile", "compute", "memory", "placement {starts}:size", "max/GPU", "usable GiB", "SMs"):
+        table.add_column(col)
+    for p in geometry.profiles:
+        table.add_row(
+            p.name,
+            str(p.compute_slices),
+            str(p.memory_slices),
+            p.placement,
+            str(p.max_count),
+            f"{p.usable_gib:.2f}" if p.usable_gib is not None else "n/p",
+            str(p.sms) if p.sms is not None else "n/p",
+        )
+    out.print(table)
+    out.print("[dim]n/p: not published by NVIDIA for this model (see gpufleet/catalog/gpus.yaml)[/dim]")
+    out.print(f"\n{len(layouts)} maximal layouts (no instance can be added to any of them):")
+    for lay in layouts:
+        out.print(f"  {mig.layout_str(lay)}")
+
+
+def _parse_profiles(args: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for arg in args:
+        name, _, count = arg.partition("=")
+        if count and not count.isdigit():
+            raise usage_error(f"{arg!r}: write PROFILE or PROFILE=COUNT, e.g. 1g.10gb=2")
+        counts[name] = counts.get(name, 0) + (int(count) if count else 1)
+    return counts
+
+
+@mig_app.command("check")
+def mig_check(
+    gpu: GpuArg,
+    profiles: Annotated[list[str], typer.Argument(help="Instances: PROFILE or PROFILE=COUNT, e.g. 3g.40gb=2 1g.10gb")],
+    show: Annotated[bool, typer.Option("--show", help="Draw the memory slices with each instance's span.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Does this set of instances fit one GPU? Exit 0 with the placement (start slice of each instance),
+    exit 1 with the reason."""
+    from gpufleet import mig
+    from gpufleet.catalog import load_catalog
+
+    counts = _parse_profiles(profiles)
+    model = _resolve_gpu(gpu, as_json, {"fits": False, "placements": []})
+    catalog = load_catalog()
+    result = mig.check(model, counts, owners={name: catalog.mig_profile_owners(name) for name in counts})
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        if result.fits:
+            spans = ", ".join(f"{p.profile}@{p.start}" for p in result.placements)
+            out.print(f"[green]fits[/green] one {model.name}: {spans}  [dim](start slice of each instance)[/dim]")
+        else:
+            out.print(f"[red]does not fit[/red]: {result.reason}", markup=True)
+        if show and model.mig is not None and (result.placements or result.partial or result.unplaced):
+            out.print("\n".join(mig.diagram(model, result)), markup=False)
+    if not result.fits:
+        raise typer.Exit(EXIT_INVALID)
+
+
+@mig_app.command("pack")
+def mig_pack(
+    demand: Annotated[Path, typer.Option("--demand", help="Demand file (YAML): instances per profile per GPU model.")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the mig-parted config here ('-': stdout).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Pack a fleet-wide demand onto the fewest GPUs (then the fewest distinct layouts), with the lower bound it
+    proved, and emit one mig-parted config per layout."""
+    import time
+
+    from gpufleet import mig
+    from gpufleet.catalog import load_catalog
+    from gpufleet.mig_demand import load_demand
+    from gpufleet.mig_outputs import dump_yaml, mig_parted_config, packed_layouts
+
+    catalog = load_catalog()
+    loaded = load_demand(demand, catalog)
+    if not loaded.ok:
+        if as_json:
+            emit_json({"ok": False, "errors": [d.to_dict() for d in loaded.diagnostics]})
+        else:
+            for d in loaded.diagnostics:
+                err.print(str(d), markup=False)
+        raise typer.Exit(EXIT_INVALID)
+    started = time.perf_counter()
+    result = mig.pack([(m.gpu, m.profiles) for m in loaded.models])
+    seconds = time.perf_counter() - started
+    config = mig_parted_config(packed_layouts(result, {m.gpu.name: m.gpu for m in loaded.models}))
+    if output is not None:
+        text = dump_yaml(config)
+        if str(output) == "-":
+            sys.stdout.write(text)
+        else:
+            output.write_text(text)
+    if as_json:
+        emit_json(_pack_json(result, config, seconds))
+    elif str(output) != "-":
+        _print_pack(result, {m.gpu.name: m.notes for m in loaded.models}, seconds)
+        if output is not None:
+            out.print(f"mig-parted config ({len(config['mig-configs'])} named configs) written to {output}")
+
+
+def _pack_json(result: Any, config: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """``mig pack --json``: per GPU model the GPUs, the bound, the layouts with their config names; the config."""
+    from gpufleet.mig_outputs import packed_config_name
+
+    models = []
+    for m in result.models:
+        layouts = [
+            {"config": packed_config_name(m.gpu, i), "gpus": n, "mig_devices": dict(lay)}
+            for i, (lay, n) in enumerate(m.layouts, start=1)
+        ]
+        models.append(
+            {
+                "gpu": m.gpu,
+                "demand": m.demand,
+                "gpus": m.gpus,
+                "lower_bound": m.lower_bound,
+                "gap": m.gap,
+                "spare": m.spare,
+                "layouts_proven": m.layouts_proven,
+                "layouts": layouts,
+            }
+        )
+    return {
+        "ok": True,
+        "gpus": result.gpus,
+        "lower_bound": result.lower_bound,
+        "gap": result.gap,
+        "seconds": round(seconds, 4),
+        "models": models,
+        "mig_parted": config,
+    }
+
+
+def _print_pack(result: Any, notes: dict[str, list[str]], seconds: float) -> None:
+    """Per GPU model its GPUs and bound, each layout with its GPU count, then the fleet's figures."""
+    from gpufleet import mig
+    from gpufleet.mig_outputs import packed_config_name
+
+    layouts = 0
+    for m in result.models:
+        out.print(f"[bold]{m.gpu}[/bold]: {m.gpus} GPUs (lower bound {m.lower_bound}, gap {m.gap})")
+        for note in notes[m.gpu]:
+            out.print(f"  {note}", markup=False)
+        for i, (lay, count) in enumerate(m.layouts, start=1):
+            out.print(f"  {count:>6} x  {mig.layout_str(lay)}  [dim]config {packed_config_name(m.gpu, i)}[/dim]")
+        layouts += len(m.layouts)
+        if m.spare:
+            out.print("  spare instances: " + ", ".join(f"{c} x {p}" for p, c in m.spare.items()))
+        if not m.layouts_proven:
+            out.print("  [dim]fewest layouts: best found (the search for fewer stopped at its budget)[/dim]")
+    pct = 100 * result.gap / result.lower_bound if result.lower_bound else 0.0
+    out.print(
+        f"fleet: {result.gpus} GPUs, lower bound {result.lower_bound}, gap {result.gap} ({pct:.2f}%),"
+        f" {layouts} layouts, packed in {seconds * 1000:.0f} ms"
+    )

@@ -1,0 +1,221 @@
+"""Commands on stack files: ``validate``, ``plan`` and ``render``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from gpufleet.cli.common import (
+    EXIT_INVALID,
+    JsonOpt,
+    RootOpt,
+    StackArg,
+    emit_json,
+    err,
+    load_or_exit,
+    out,
+    project_root,
+    resolve_or_exit,
+    usage_error,
+)
+
+
+def validate(
+    stacks: Annotated[
+        list[str] | None,
+        typer.Argument(help="Stack names (prod-westeurope) or stack files. Default: every Pulumi.<stack>.yaml."),
+    ] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Validate stack files: every error as file:line: key.path: message, nothing applied.
+
+    Exit 0 when all stacks are valid, 1 when any is invalid.
+    """
+    from gpufleet.spec import load_stack, stack_files
+
+    project = project_root(root)
+    if stacks:
+        files = [resolve_or_exit(ref, project) for ref in stacks]
+    else:
+        files = stack_files(project)
+        if not files:
+            raise usage_error(f"no stack files (Pulumi.<stage>-<region>.yaml) in {project}")
+
+    results = [load_stack(f) for f in files]
+    if as_json:
+        emit_json([{"stack": r.name, "ok": r.ok, "errors": [d.to_dict() for d in r.diagnostics]} for r in results])
+    else:
+        for r in results:
+            if r.ok:
+                out.print(f"[green]ok[/green]      {r.name}  [dim]{r.file}[/dim]")
+            else:
+                out.print(f"[red]invalid[/red] {r.name}  [dim]{r.file}[/dim]")
+                for d in r.diagnostics:
+                    out.print(f"  {d}", markup=False)
+        bad = [r for r in results if not r.ok]
+        errors = sum(len(r.diagnostics) for r in bad)
+        if bad:
+            out.print(f"{len(bad)} of {len(results)} stack(s) invalid, {errors} error(s)")
+        else:
+            out.print(f"{len(results)} stack(s) valid")
+    if not all(r.ok for r in results):
+        raise typer.Exit(EXIT_INVALID)
+
+
+def plan(
+    stack: StackArg,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """What a stack describes, resolved against the hardware catalog: pools (GPU model, GPUs, vCPUs, RAM per
+    node, MIG instances per node, derived labels) and bare-metal host groups."""
+    from gpufleet.catalog import load_catalog
+    from gpufleet.plan import plan_stack
+
+    loaded = load_or_exit(stack, root, as_json, "nothing planned")
+    result = plan_stack(loaded, load_catalog())
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    _render_plan(result)
+
+
+def render(
+    stack: StackArg,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Write <chart>.yaml, nodes.yaml and summary.json here (created; parent must exist)."
+        ),
+    ] = None,
+    chart: Annotated[
+        str | None,
+        typer.Option(
+            help="Bare-metal stacks: the chart kubernetes.yml installs (gpu-operator, the default, or "
+            "nvidia-device-plugin). An AKS stack's pools decide its chart."
+        ),
+    ] = None,
+    charts_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--charts-dir",
+            help="Where the pinned charts are (default: $GPUFLEET_CHARTS_DIR, else ~/.cache/gpufleet/charts).",
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """Render the stack's GPU charts with helm (`helm template`, exactly the values the stack installs) and say
+    where each GPU DaemonSet will run: on which pools / host groups, and why not on the others.
+
+    Exit 0 when every GPU DaemonSet reaches every pool it must serve, 1 when one does not (the files are still
+    written, for review), when the stack is invalid, or when a chart is missing or helm fails (nothing written).
+    """
+    from gpufleet import charts
+    from gpufleet.catalog import load_catalog
+    from gpufleet.plan import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART, plan_stack
+
+    if chart not in (None, GPU_OPERATOR_CHART, DEVICE_PLUGIN_CHART):
+        raise usage_error(f"--chart {escape(repr(chart))}: use {GPU_OPERATOR_CHART} or {DEVICE_PLUGIN_CHART}")
+    loaded = load_or_exit(stack, root, as_json, "nothing rendered")
+    catalog = load_catalog()
+    plan_ = plan_stack(loaded, catalog)
+    if chart is not None and plan_.cluster is not None and chart != plan_.cluster["gpu_chart"]:
+        raise usage_error(
+            f"--chart {chart}: stack {escape(plan_.stack)} is an AKS cluster whose pools decide its chart "
+            f"({plan_.cluster['gpu_chart']}); --chart is for bare-metal stacks"
+        )
+    try:
+        result = charts.render(
+            loaded,
+            plan_,
+            catalog,
+            directory=charts_dir,
+            baremetal_chart=chart or GPU_OPERATOR_CHART,
+            progress=lambda m: err.print(f"[dim]{escape(m)}[/dim]"),
+        )
+        written = charts.write(result, output) if output is not None else []
+    except charts.ChartError as exc:
+        err.print(f"[red]error:[/red] stack {escape(plan_.stack)}: {escape(str(exc))}")
+        raise typer.Exit(EXIT_INVALID) from None
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        _render_summary(result, written)
+    if result.problems:
+        raise typer.Exit(EXIT_INVALID)
+
+
+def _render_summary(result: Any, written: list[Path]) -> None:
+    if not result.charts:
+        out.print(f"stack {escape(result.stack)} installs no GPU software (no GPU pools or GPU host groups)")
+    for c in result.charts:
+        kinds = ", ".join(f"{n} {k}" for k, n in c.kinds().items())
+        out.print(
+            f"[bold]{escape(c.release.chart)} {escape(c.release.version)}[/bold]: {len(c.objects)} objects ({kinds})"
+        )
+    for cov in result.coverage:
+        runs = ", ".join(cov.runs_on) or "nothing"
+        style = "red" if cov.kind == "Deployment" and not cov.runs_on else "bold"
+        out.print(f"  {cov.kind} [{style}]{escape(cov.name)}[/{style}] runs on {escape(runs)}")
+        for m in cov.misses:
+            line = f"not on {escape(m.target)}: {escape(m.why)}"
+            out.print(f"    {line}" if m.intended else f"    [red]{line}[/red]")
+    for path in written:
+        out.print(f"wrote {escape(str(path))}")
+    for problem in result.problems:
+        err.print(f"[red]error:[/red] {escape(problem)}")
+    if result.charts and not result.problems:
+        out.print("every GPU DaemonSet runs on every pool / host group it must serve")
+
+
+def _render_plan(result: Any) -> None:
+    """One block per pool / host group: readable at 80 columns and in logs."""
+    out.print(f"[bold]{result.stack}[/bold]  stage {result.stage}, region {result.region}")
+    out.print("release: " + ", ".join(f"{k} {v}" for k, v in result.release.items()))
+    if result.cluster:
+        c = result.cluster
+        sp = c["system_pool"]
+        out.print(
+            f"\n[bold]AKS cluster {c['name']}[/bold]: Kubernetes {c['kubernetes']}, {c['sku_tier']} tier,"
+            f" system pool {sp['name']} {sp['count']} x {sp['vm_size']}"
+        )
+        for p in result.pools:
+            gpus = f"{p.gpu_partition} of a" if p.gpu_partition else f"{p.gpus_per_node} x"
+            ib = ", InfiniBand" if p.infiniband else ""
+            shape = f"{gpus} {p.gpu_model}, {p.vcpus} vCPU, {p.memory_gib:g} GiB{ib}"
+            out.print(f"\n  [bold]{p.name}[/bold] (AKS node pool {p.aks_name})  {p.vm_size}: {shape}")
+            n = p.nodes
+            scale = f" (autoscaling {n['min']}-{n['max']})" if p.autoscaling else ""
+            zones = f", zones {','.join(p.zones)}" if p.zones else ""
+            spot = ", spot" if p.spot else ""
+            total = p.gpus_total
+            out.print(f"    nodes {n['count']}{scale}{zones}{spot}; GPUs {total['min']}-{total['max']}")
+            out.print(f"    driver {p.driver} (AKS gpuProfile.driver {p.aks_gpu_driver}), os {p.os_sku}")
+            if p.mig:
+                inst = ", ".join(f"{k} x {prof}" for prof, k in p.mig["instances_per_node"].items())
+                tag = p.mig.get("gpu_instance_profile") or p.mig.get("config_name")
+                out.print(f"    MIG ({p.mig['managed_by']}-managed, {tag}): {inst} per node")
+            if p.sharing["mode"] != "none":
+                out.print(f"    sharing {p.sharing['mode']}, {p.sharing['replicas']} pods per GPU")
+            out.print("    labels " + ", ".join(f"{k}={v}" for k, v in p.labels.items()), markup=False)
+            out.print("    taints " + (", ".join(p.taints) or "none"), markup=False)
+            out.print("    upgrade " + ", ".join(f"{k} {v}" for k, v in p.upgrade.items()))
+    if result.baremetal:
+        bm = result.baremetal
+        out.print(
+            f"\n[bold]bare metal[/bold]: inventory {bm['inventory']}, rollout serial {bm['rollout']['serial']},"
+            f" max_fail_percentage {bm['rollout']['max_fail_percentage']}"
+        )
+        for g in result.host_groups:
+            gpu = f"{g.gpus_per_host or '?'} x {g.gpu_model}" if g.gpu_model else "no GPU"
+            out.print(f"\n  [bold]{g.name}[/bold]  {gpu}, tuning profile {g.tuning_profile}")
+            out.print("    tuning " + ", ".join(f"{k}={v}" for k, v in g.tuning.items()))
+            if g.mig:
+                inst = g.mig["instances_per_host"]
+                detail = ": " + ", ".join(f"{k} x {prof}" for prof, k in inst.items()) + " per host" if inst else ""
+                out.print(f"    MIG {g.mig['config_name']}{detail}")

@@ -1,0 +1,193 @@
+"""``gpufleet topology plan``: the NUMA tuning plan of one host from its recorded or live sysfs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpufleet.cli.common import (
+    EXIT_INVALID,
+    JsonOpt,
+    RootOpt,
+    emit_json,
+    err,
+    load_or_exit,
+    out,
+    project_root,
+    usage_error,
+)
+
+topology_app = typer.Typer(
+    help="Host topology: NUMA nodes, CPU pinning, hugepages, SR-IOV, kubelet.", no_args_is_help=True
+)
+
+
+def _tuning_profile(name: str, stack: str | None, root: Path | None) -> Any:
+    """A named tuning profile: from ``stack``, or the one definition the project's stacks agree on."""
+    from gpufleet.spec import load_stack, stack_files
+    from gpufleet.spec.models import DEFAULT_TUNING_PROFILE, TuningProfile
+
+    found: dict[str, Any] = {}
+    if stack is not None:
+        chosen = load_or_exit(stack, root, consequence="nothing planned")
+        if name in chosen.tuning_profiles:
+            found[stack] = chosen.tuning_profiles[name]
+    else:
+        for f in stack_files(project_root(root)):
+            loaded = load_stack(f)  # the stacks that do not validate have no say
+            if loaded.stack is not None and name in loaded.stack.tuning_profiles:
+                found[loaded.name] = loaded.stack.tuning_profiles[name]
+    if not found:
+        if name == DEFAULT_TUNING_PROFILE:
+            return TuningProfile()
+        where = f"stack {stack}" if stack else "any stack"
+        raise usage_error(f"no tuning profile {name!r} in {where} (gpufleet:tuning_profiles)")
+    if len({p.model_dump_json() for p in found.values()}) > 1:
+        raise usage_error(f"tuning profile {name!r} differs between stacks {', '.join(found)}: name one with --stack")
+    return next(iter(found.values()))
+
+
+def _with_overrides(profile: Any, cores_per_gpu: str | None, reserve_cores: int | None) -> Any:
+    """The profile with the command line's ``--cores-per-gpu`` / ``--reserve-cores``, validated as a stack's are."""
+    from pydantic import ValidationError
+
+    from gpufleet.spec.models import TuningProfile
+
+    update: dict[str, Any] = {}
+    if cores_per_gpu is not None:
+        low, _, high = cores_per_gpu.partition("-")
+        if not (low.isdigit() and (high.isdigit() or not _)):
+            raise usage_error(f"--cores-per-gpu {cores_per_gpu!r}: expected a number (8) or a range (4-16)")
+        update["cores_per_gpu"] = {"min": int(low), "max": int(high or low)}
+    if reserve_cores is not None:
+        update["reserved_cores"] = reserve_cores
+    if not update:
+        return profile
+    try:
+        return TuningProfile.model_validate(profile.model_dump() | update)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(k) for k in problem["loc"]) or "cores_per_gpu"
+        option = "--reserve-cores" if where.startswith("reserved") else "--cores-per-gpu"
+        raise usage_error(f"{option}: {problem['msg']}") from None
+
+
+@topology_app.command("plan")
+def topology_plan(
+    host_root: Annotated[
+        Path, typer.Option("--host-root", help="Root holding the host's sys/ and proc/ ('/' on the host itself).")
+    ],
+    profile: Annotated[
+        str, typer.Option("--profile", help="Tuning profile name (gpufleet:tuning_profiles).")
+    ] = "default",
+    stack: Annotated[str | None, typer.Option("--stack", help="Stack whose tuning profile to use.")] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Host name for messages (default: the root's name).")
+    ] = None,
+    cores_per_gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--cores-per-gpu",
+            metavar="N|MIN-MAX",
+            help="Override the profile's cores_per_gpu: exactly N physical cores per GPU, or a range.",
+        ),
+    ] = None,
+    reserve_cores: Annotated[
+        int | None,
+        typer.Option(
+            "--reserve-cores",
+            metavar="N",
+            help="Override the profile's reserved_cores: N physical cores for the system.",
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """The NUMA tuning plan of one host: CPUs per GPU, reserved and isolated CPUs, hugepages per node, kernel
+    arguments, kubelet CPU/topology/memory managers, SR-IOV VFs, Slurm gres.conf. Each node's line says how its
+    cores were split. Exit 1 when the profile cannot work on the host (too few cores for the GPUs, a GPU the catalog
+    does not know...), 2 for a usage error."""
+    from gpufleet.catalog import load_catalog
+    from gpufleet.hostfacts import read_host
+    from gpufleet.topology import TopologyError, plan
+
+    tuning = _with_overrides(_tuning_profile(profile, stack, root), cores_per_gpu, reserve_cores)
+    name = host or host_root.resolve().name or "localhost"
+    if not (host_root / "sys/devices/system/node").is_dir():
+        raise usage_error(f"{host_root} has no sys/devices/system/node: not a host root")
+    catalog = {pid: {"model": g.name, "mig": g.mig_capable} for g in load_catalog().gpus for pid in g.pci_ids}
+    facts = read_host(str(host_root), catalog)
+    try:
+        result = plan(facts, tuning, name)
+    except TopologyError as exc:
+        if as_json:
+            emit_json({"host": name, "ok": False, "error": exc.reason})
+        else:
+            err.print(f"[red]error:[/red] {exc}", markup=True)
+        raise typer.Exit(EXIT_INVALID) from None
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    _render_topology(result, facts)
+
+
+def _render_topology(p: Any, facts: dict[str, Any]) -> None:
+    """Per NUMA node: CPUs, memory, GPUs, NICs and what the plan assigns."""
+    from gpufleet.hostfacts import format_cpulist
+
+    cores = len(facts["cores"])
+    cpus = sum(len(c["cpus"]) for c in facts["cores"])
+    out.print(
+        f"[bold]{p.host}[/bold]: {p.cpu_vendor}, kernel {p.kernel}, {len(p.numa_nodes)} NUMA node(s), {cores} cores /"
+        f" {cpus} CPUs (SMT {'on' if p.smt else 'off'}), {len(p.gpus)} GPU(s), {len(facts['nics'])} NIC(s),"
+        f" {len(facts['nvswitches'])} NVSwitch(es)"
+    )
+    nics = {n["pci"]: n for n in facts["nics"]}
+    pages = {(h["numa_node"], h["size_kib"]): h["count"] for h in p.hugepages}
+    for node in p.numa_nodes:
+        out.print(
+            f"\n[bold]NUMA node {node.id}[/bold]  CPUs {format_cpulist(node.cpus) or '-'} ({node.cores} cores),"
+            f" {node.memory_mib / 1024:g} GiB"
+        )
+        if node.choice:
+            out.print(f"  {node.choice}", markup=False)
+        out.print(f"  reserved for the system  CPUs {format_cpulist(node.reserved_cpus) or '-'}")
+        for g in (g for g in p.gpus if g.numa_node == node.id):
+            near = ", ".join(f"{','.join(nics[n]['interfaces']) or n} ({nics[n]['kind']})" for n in g.nics) or "none"
+            out.print(
+                f"  GPU {g.index} {g.pci} {g.model or 'unknown model'}  CPUs {format_cpulist(g.cpus)}  NIC {near}",
+                markup=False,
+            )
+        huge = [
+            f"{pages[(node.id, s)]} x {'1G' if s == 1048576 else '2M'}"
+            for s in (1048576, 2048)
+            if (node.id, s) in pages
+        ]
+        out.print(f"  hugepages  {', '.join(huge) or 'none'}")
+        for dev in (d for d in p.sriov if d["numa_node"] == node.id):
+            out.print(
+                f"  SR-IOV  {','.join(dev['interfaces']) or dev['pci']}: {dev['numvfs']} of {dev['totalvfs']} VFs"
+            )
+    unknown = [d for d in p.sriov if d["numa_node"] is None]
+    for dev in unknown:
+        out.print(f"  SR-IOV  {','.join(dev['interfaces']) or dev['pci']} (NUMA node unknown): {dev['numvfs']} VFs")
+    k = p.kubelet
+    out.print(f"\nkernel arguments  {' '.join(p.kernel_args) or '(none to add)'}")
+    out.print(
+        f"kubelet  cpuManagerPolicy {k['cpuManagerPolicy']}, reservedSystemCPUs {k['reservedSystemCPUs']},"
+        f" topologyManagerPolicy {k['topologyManagerPolicy']} (scope {k['topologyManagerScope']}),"
+        f" memoryManagerPolicy {k['memoryManagerPolicy']}, reservedMemory "
+        + ", ".join(f"node {r['numaNode']} {r['limits']['memory']}" for r in k["reservedMemory"])
+    )
+    out.print(f"irqbalance banned CPUs  {p.irqbalance_banned_cpus or '-'}")
+    out.print(f"system services CPUAffinity  {format_cpulist(p.system_cpu_affinity)}")
+    if p.isolated_cpus:
+        out.print(f"isolated CPUs  {format_cpulist(p.isolated_cpus)}")
+    if p.gres_conf:
+        out.print("Slurm gres.conf")
+        for line in p.gres_conf:
+            out.print(f"  {line}", markup=False)
+    for note in p.notes:
+        out.print(f"[dim]note: {note}[/dim]")
