@@ -19,7 +19,7 @@ def run() -> list[Figure]:
     from gpufleet.spec.models import TuningProfile
     from gpufleet.topology import plan
 
-    catalog = {pid: {"model": g.name, "mig": g.mig_capable} for g in load_catalog().gpus for pid in g.pci_ids}
+    catalog = load_catalog().gpus_by_pci_id
     profiles = {
         "dgx-h100": TuningProfile(hugepages_1g_per_gpu=8, vfs_per_nic=8, isolation=True),
         "dgx-a100": TuningProfile(cores_per_gpu=7, hugepages_1g_per_node=4, vfs_per_nic=8),

@@ -38,8 +38,9 @@ from typing import Any
 from gpufleet.aks import aks_node_labels
 from gpufleet.catalog import Catalog
 from gpufleet.gpu_software import ChartRelease, baremetal_node_labels, baremetal_release, chart_release
+from gpufleet.labels import GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
 from gpufleet.mig_outputs import DISABLED_CONFIG
-from gpufleet.plan import GPU_OPERATOR_CHART, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL, StackPlan
+from gpufleet.plan import GPU_OPERATOR_CHART, StackPlan
 from gpufleet.scheduling import NodeShape, Placement, Taint, why_not
 from gpufleet.spec.models import GpuSoftware as GpuSoftwareSettings
 from gpufleet.spec.models import Stack

@@ -21,10 +21,8 @@ from gpufleet.catalog import Catalog, Gpu
 from gpufleet.mig import FleetPack
 from gpufleet.spec.models import MigLayout, OperatorManagedMig, Stack
 
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 DISABLED_CONFIG = "all-disabled"
 CONFIGMAP_KEY = "config.yaml"
-AKS_PROFILES = ("MIG1g", "MIG2g", "MIG3g", "MIG4g", "MIG7g")
 
 
 @dataclass(frozen=True)

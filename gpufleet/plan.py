@@ -16,24 +16,19 @@ from typing import Any
 
 from gpufleet.aks import SYSTEM_POOL_TAINT, aks_pool_name
 from gpufleet.catalog import Catalog, Gpu, VmSize
+from gpufleet.labels import (
+    AKS_SPOT_LABEL,
+    AKS_SPOT_TAINT,
+    DEPLOY_DRIVER_LABEL,
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    GPU_MODEL_LABEL,
+    GPU_PRESENT_LABEL,
+    MIG_CONFIG_LABEL,
+    POOL_LABEL,
+)
 from gpufleet.mig_outputs import aks_instances, cluster_strategy, mig_parted_config, node_mig, stack_layouts
 from gpufleet.spec.models import AksManagedMig, GpuPool, MigDeviceGroup, MigLayout, OperatorManagedMig, Stack
 
-POOL_LABEL = "gpufleet.io/pool"
-GPU_MODEL_LABEL = "gpufleet.io/gpu-model"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
-# The GPU Operator skips its driver daemonset on nodes labelled so (used for AKS-driver pools in a cluster
-# where other pools have `driver: operator`).
-DEPLOY_DRIVER_LABEL = "nvidia.com/gpu.deploy.driver"
-# AKS puts this label and taint on every spot pool's nodes itself; a pool that does not list them too shows a diff
-# after every refresh (the azurerm provider documents the same), and the GPU daemonsets must tolerate the taint.
-AKS_SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"
-AKS_SPOT_TAINT = f"{AKS_SPOT_LABEL}=spot:NoSchedule"
-# The standalone device plugin chart's DaemonSet runs only on nodes that NFD found an NVIDIA PCI device on, or that
-# carry this label (k8s-device-plugin v0.20.0, templates/daemonset-device-plugin.yml); its NFD is off by default,
-# so gpufleet labels the GPU nodes of clusters that use that chart. (The GPU Operator sets it itself from NFD.)
-GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 # The charts gpufleet installs (their names in NVIDIA's repositories)
 GPU_OPERATOR_CHART = "gpu-operator"
 DEVICE_PLUGIN_CHART = "nvidia-device-plugin"

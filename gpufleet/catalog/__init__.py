@@ -203,6 +203,12 @@ class Catalog(_Frozen):
     def region_names(self) -> frozenset[str]:
         return frozenset(r.name for r in self.regions)
 
+    @cached_property
+    def gpus_by_pci_id(self) -> dict[str, dict[str, Any]]:
+        """``vendor:device`` (``10de:2330``) -> ``{"model": name, "mig": bool}`` for every catalog GPU: the host facts'
+        GPU catalog (``gpufleet.hostfacts.read_host`` and the ``gpu_topology`` module take it as plain data)."""
+        return {pid: {"model": g.name, "mig": g.mig_capable} for g in self.gpus for pid in g.pci_ids}
+
     # -- lookups -------------------------------------------------------------------------------------------
     def find_gpu(self, identifier: str) -> Gpu | None:
         """Resolve a canonical name, an ``nvidia-smi`` product name, or a PCI id (``10de:2330`` or

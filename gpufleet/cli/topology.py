@@ -117,7 +117,7 @@ def topology_plan(
     name = host or host_root.resolve().name or "localhost"
     if not (host_root / "sys/devices/system/node").is_dir():
         raise usage_error(f"{host_root} has no sys/devices/system/node: not a host root")
-    catalog = {pid: {"model": g.name, "mig": g.mig_capable} for g in load_catalog().gpus for pid in g.pci_ids}
+    catalog = load_catalog().gpus_by_pci_id
     facts = read_host(str(host_root), catalog)
     try:
         result = plan(facts, tuning, name)

@@ -97,7 +97,7 @@ def host_report(name: str, port: int, key: Path, profile: Any) -> HostReport:
     report = HostReport(name, port, ssh.reachable(key, port))
     if not report.reachable:
         return report
-    catalog = {pid: {"model": g.name, "mig": g.mig_capable} for g in load_catalog().gpus for pid in g.pci_ids}
+    catalog = load_catalog().gpus_by_pci_id
     report.facts = _remote_facts(key, port)
     for gpu in report.facts["gpus"]:
         known = catalog.get(f"{gpu['vendor']}:{gpu['device']}") or {}

@@ -248,7 +248,8 @@ class PoolTuning(StrictModel):
 # -- MIG -----------------------------------------------------------------------------------------------------
 
 
-AKS_MIG_PROFILES = ("MIG1g", "MIG2g", "MIG3g", "MIG4g", "MIG7g")
+# AKS's gpuInstanceProfile values (the MIG profile every GPU of an AKS-managed pool gets)
+AksMigProfile = Literal["MIG1g", "MIG2g", "MIG3g", "MIG4g", "MIG7g"]
 
 
 def _gpus_selector(v: Any) -> str | tuple[int, ...]:
@@ -301,7 +302,7 @@ class AksManagedMig(StrictModel):
     """AKS partitions every GPU of the pool with one profile (``gpuInstanceProfile``)."""
 
     managed_by: Literal["aks"]
-    profile: Literal["MIG1g", "MIG2g", "MIG3g", "MIG4g", "MIG7g"]
+    profile: AksMigProfile
 
 
 class OperatorManagedMig(MigLayout):

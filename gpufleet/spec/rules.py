@@ -16,6 +16,7 @@ from gpufleet import mig
 from gpufleet.aks import aks_pool_name
 from gpufleet.catalog import Catalog, Gpu, VmSize
 from gpufleet.diagnostics import Finding, Path, did_you_mean, format_path
+from gpufleet.labels import DEPLOY_DRIVER_LABEL, DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
 from gpufleet.spec.models import AksManagedMig, GpuPool, HostGroup, MigLayout, Stack, TuningProfile
 
 # AKS Linux node pool names: "only lowercase alphanumeric characters and must begin with a lowercase letter...
@@ -24,10 +25,10 @@ AKS_POOL_NAME = re.compile(r"[a-z][a-z0-9]{0,11}")
 
 # Labels gpufleet derives itself (from mig / sharing / driver); a stack may not set them by hand.
 DERIVED_LABELS = {
-    "nvidia.com/mig.config": "mig.config_name",
-    "nvidia.com/device-plugin.config": "sharing",
-    "nvidia.com/gpu.deploy.driver": "driver",
-    "nvidia.com/gpu.present": "GPU software (the device plugin chart runs where it is true)",
+    MIG_CONFIG_LABEL: "mig.config_name",
+    DEVICE_PLUGIN_CONFIG_LABEL: "sharing",
+    DEPLOY_DRIVER_LABEL: "driver",
+    GPU_PRESENT_LABEL: "GPU software (the device plugin chart runs where it is true)",
 }
 AKS_RESERVED_LABEL_PREFIXES = ("kubernetes.azure.com/", "kubernetes.io/", "k8s.io/")
 AZURE_LINUX_SKUS = ("AzureLinux", "AzureLinux3")

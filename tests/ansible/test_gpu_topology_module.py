@@ -73,7 +73,7 @@ def test_module_returns_the_facts_of_each_recorded_machine(tmp_path: Path, name:
     proc = run_playbook(tmp_path, root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     facts = json.loads((tmp_path / "out.json").read_text())["facts"]
-    mapping = {pid: {"model": g.name, "mig": g.mig_capable} for g in load_catalog().gpus for pid in g.pci_ids}
+    mapping = load_catalog().gpus_by_pci_id
     # the module ships gpufleet/hostfacts.py to the host: it must answer exactly what the library answers
     assert facts == json.loads(json.dumps(read_host(str(root), mapping)))
     if name == "numa-unknown":

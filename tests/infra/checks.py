@@ -15,7 +15,7 @@ from pulumi_azure_native import containerservice as cs
 
 from gpufleet.catalog import Catalog
 from gpufleet.gpu_software import chart_version
-from gpufleet.plan import (
+from gpufleet.labels import (
     AKS_SPOT_LABEL,
     AKS_SPOT_TAINT,
     DEPLOY_DRIVER_LABEL,

@@ -9,7 +9,8 @@ import pytest
 from gpufleet.aks import aks_pool_name, pool_suffix
 from gpufleet.catalog import load_catalog
 from gpufleet.gpu_software import aks_chart, for_aks, toleration
-from gpufleet.plan import AKS_SPOT_TAINT, plan_stack
+from gpufleet.labels import AKS_SPOT_TAINT
+from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack
 from gpufleet.spec.models import GpuPool
 from tests.conftest import REPO

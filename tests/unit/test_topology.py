@@ -19,7 +19,7 @@ from tests.conftest import FIXTURES, REPO
 HOSTS = FIXTURES / "hosts"
 LAB_STACK = load_stack(REPO / "Pulumi.lab-local.yaml").stack
 LAB_PROFILE = LAB_STACK.tuning_profile("lab")
-CATALOG_MAP = {pid: {"model": g.name, "mig": g.mig_capable} for g in load_catalog().gpus for pid in g.pci_ids}
+CATALOG_MAP = load_catalog().gpus_by_pci_id
 # a profile for each recorded machine beside the default one (test_the_default_profile_plans_every_recorded_machine)
 PROFILES = {
     "dgx-h100": TuningProfile(hugepages_1g_per_gpu=8, vfs_per_nic=8, isolation=True),

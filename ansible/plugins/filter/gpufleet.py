@@ -6,19 +6,14 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-
-def _plain(value: Any) -> Any:
-    """Ansible's tagged and lazily templated values as plain Python data (what gpufleet's models expect)."""
-    import json
-
-    return json.loads(json.dumps(value))
+from gpufleet.plaindata import plain_data
 
 
 def gpufleet_gpu_catalog(_: Any = None) -> dict[str, dict[str, Any]]:
     """``vendor:device`` -> ``{model, mig}`` for every catalog GPU (the ``gpu_topology`` module's input)."""
     from gpufleet.catalog import load_catalog
 
-    return {pid: {"model": g.name, "mig": g.mig_capable} for g in load_catalog().gpus for pid in g.pci_ids}
+    return load_catalog().gpus_by_pci_id
 
 
 def gpufleet_kernel_modules_unsupported(gpus: list[dict[str, Any]]) -> dict[str, list[str]]:
@@ -30,7 +25,7 @@ def gpufleet_kernel_modules_unsupported(gpus: list[dict[str, Any]]) -> dict[str,
     catalog = load_catalog()
     by_name = {g.name: g for g in catalog.gpus}
     unsupported: dict[str, set[str]] = {"open": set(), "proprietary": set()}
-    for gpu in _plain(gpus) or []:
+    for gpu in plain_data(gpus) or []:
         model = by_name.get(gpu.get("model") or "")
         if model is None or model.vendor != "nvidia":
             continue
@@ -45,7 +40,7 @@ def gpufleet_nvidia_driver_plan(facts: dict[str, Any], options: dict[str, Any]) 
     options; a driver that cannot work fails here, before the host is touched."""
     from gpufleet.driver import DriverPlanError, Platform, plan_driver
 
-    facts, options = _plain(facts), _plain(options)
+    facts, options = plain_data(facts), plain_data(options)
     platform = Platform(
         distribution=facts.get("distribution", ""),
         os_family=facts.get("os_family", ""),
@@ -76,7 +71,7 @@ def gpufleet_topology_plan(facts: dict[str, Any], profile: dict[str, Any] | None
     from gpufleet.spec.models import TuningProfile
     from gpufleet.topology import TopologyError, plan
 
-    facts, profile = _plain(facts), _plain(profile)
+    facts, profile = plain_data(facts), plain_data(profile)
     try:
         tuning = TuningProfile.model_validate(profile or {})
     except ValidationError as exc:
@@ -91,7 +86,7 @@ def gpufleet_host_profile(stack: dict[str, Any], group_names: list[str]) -> dict
     """The tuning profile of the first host group (in the stack's order) the host belongs to; ``default`` else."""
     from gpufleet.spec.models import TuningProfile
 
-    stack, group_names = _plain(stack), _plain(group_names)
+    stack, group_names = plain_data(stack), plain_data(group_names)
     groups = (stack.get("baremetal") or {}).get("host_groups", [])
     profiles = stack.get("tuning_profiles") or {}
     for group in groups:

@@ -8,12 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def _plain(value: Any) -> Any:
-    """Ansible's tagged and lazily templated values as plain Python data."""
-    import json
-
-    return json.loads(json.dumps(value))
+from gpufleet.plaindata import plain_data
 
 
 def _mig_groups(stack: dict[str, Any]) -> list[tuple[str, str]]:
@@ -36,14 +31,14 @@ def gpufleet_mig_parted_config(stack: dict[str, Any]) -> dict[str, Any]:
 def gpufleet_host_mig_layout(stack: dict[str, Any], group_names: list[str]) -> str:
     """The MIG layout (``mig.config_name``) of the first host group, in the stack's order, that the host is in and
     that has one; ``""`` when none of its groups has a layout."""
-    names = set(_plain(group_names))
-    return next((layout for group, layout in _mig_groups(_plain(stack)) if group in names), "")
+    names = set(plain_data(group_names))
+    return next((layout for group, layout in _mig_groups(plain_data(stack)) if group in names), "")
 
 
 def gpufleet_mig_hosts(stack: dict[str, Any], hosts: str = "all") -> str:
     """An Ansible host pattern: the hosts of the groups with a MIG layout, within ``hosts`` (a pattern, e.g. the
     ``gpufleet_hosts`` extra var); ``!all`` (no host) when no group has a layout."""
-    groups = [group for group, _ in _mig_groups(_plain(stack))]
+    groups = [group for group, _ in _mig_groups(plain_data(stack))]
     if not groups:
         return "!all"
     return ":".join(groups) + ("" if hosts in ("all", "*", "") else f":&{hosts}")

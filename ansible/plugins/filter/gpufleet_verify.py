@@ -9,10 +9,11 @@ The functions here are pure: the table is the same text whatever runs them.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from gpufleet.plaindata import plain_data
 
 CELL = {"ok": "ok", "fail": "FAIL", "skip": "skip"}
 # the kernel modules' licenses as modinfo prints them
@@ -22,11 +23,6 @@ MODULE_LICENSES = {"open": "Dual MIT/GPL", "proprietary": "NVIDIA"}
 NVRM_VERSION = re.compile(
     r"NVRM version: NVIDIA UNIX (?:(?P<open>Open) Kernel Module for \S+|\S+ Kernel Module)\s+(?P<version>\d+(?:\.\d+)+)"
 )
-
-
-def _plain(value: Any) -> Any:
-    """Ansible's tagged and lazily templated values as plain Python data."""
-    return json.loads(json.dumps(value, default=str))
 
 
 def _oneline(text: Any) -> str:
@@ -48,7 +44,7 @@ def _message(result: Mapping[str, Any]) -> str:
 def gpufleet_verify_failure(result: Any) -> str:
     """The message of a failed task (``ansible_failed_result`` in a rescue), on one line: an assert's ``fail_msg``,
     each failed loop item's message, or a command's ``msg: stderr``."""
-    result = _plain(result) if result is not None else {}
+    result = plain_data(result) if result is not None else {}
     if not isinstance(result, dict):
         return _oneline(result) or "failed"
     items = [r for r in result.get("results") or [] if isinstance(r, dict) and r.get("failed")]
@@ -160,7 +156,7 @@ def host_state(variables: Mapping[str, Any] | None) -> dict[str, Any]:
 
     def get(key: str) -> Any:
         try:
-            return _plain(variables.get(key))
+            return plain_data(variables.get(key))
         except Exception as exc:  # a fact that cannot be templated is reported, not raised
             return f"<{key}: {exc}>"
 
@@ -258,7 +254,7 @@ def report(states: Mapping[str, Mapping[str, Any]], title: str = "gpufleet verif
 def gpufleet_verify_report(hostvars: Mapping[str, Any], hosts: Sequence[str], title: str = "gpufleet verify") -> dict:
     """:func:`report` of ``hosts`` from their facts in ``hostvars`` (a host without any is INCOMPLETE)."""
     states = {}
-    for host in _plain(list(hosts or [])):
+    for host in plain_data(list(hosts or [])):
         try:
             variables = hostvars[host]
         except KeyError:
