@@ -37,7 +37,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError
 
 from gpufleet.diagnostics import Diagnostic, Finding
-from gpufleet.spec.load import NAMESPACE, load_stack, load_stack_text, stack_name_from_file
+from gpufleet.spec.load import NAMESPACE, load_stack_text, stack_name_from_file
 from gpufleet.spec.models import RegionName, StrictModel, matching
 from gpufleet.spec.models import Stage as StageName
 from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
@@ -275,18 +275,61 @@ def git_commit(root: Path) -> str | None:
     return None
 
 
-def uncommitted(root: Path, file: Path) -> bool:
-    """``file`` differs from git's HEAD (False outside a git repository)."""
+def uncommitted(root: Path, files: Sequence[Path]) -> set[Path]:
+    """Those of ``files`` that differ from git's HEAD, staged or not, or are untracked (none outside a git
+    repository)."""
+    if not files:
+        return set()
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL
+        ).stdout
+
     with contextlib.suppress(OSError, subprocess.CalledProcessError):
-        proc = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--", str(file)],
-            capture_output=True,
-            text=True,
-            check=True,
-            stdin=subprocess.DEVNULL,
-        )
-        return bool(proc.stdout.strip())
-    return False
+        top = Path(git("rev-parse", "--show-toplevel").strip())
+        listed = git("status", "--porcelain", "-z", "--untracked-files=all", "--", *map(str, files))
+        changed = {(top / entry[3:]).resolve() for entry in listed.split("\0") if len(entry) > 3}
+        return {f for f in files if f.resolve() in changed}
+    return set()
+
+
+@dataclass
+class StackFiles:
+    """The stack files a promotion looks at, read once (the only I/O of deciding and of status): each stack's text
+    (None when it has no file) and whether git has uncommitted changes in it."""
+
+    root: Path
+    texts: dict[str, str | None]
+    changed: set[str]
+    _releases: dict[str, tuple[dict[str, Any] | None, list[Diagnostic]]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def read(cls, root: Path, names: Sequence[str]) -> StackFiles:
+        paths = {name: root / f"Pulumi.{name}.yaml" for name in dict.fromkeys(names)}
+        texts = {name: (path.read_text(encoding="utf-8") if path.is_file() else None) for name, path in paths.items()}
+        dirty = uncommitted(root, [path for name, path in paths.items() if texts[name] is not None])
+        return cls(root, texts, {name for name, path in paths.items() if path in dirty})
+
+    def path(self, name: str) -> Path:
+        return self.root / f"Pulumi.{name}.yaml"
+
+    def release(self, name: str) -> tuple[dict[str, Any] | None, list[Diagnostic]]:
+        """The stack's release pins, or None with the diagnostics that say why not (parsed once)."""
+        if name not in self._releases:
+            text = self.texts.get(name)
+            if text is None:
+                self._releases[name] = (
+                    None,
+                    [Diagnostic(str(self.path(name)), 1, "", "cannot read: No such file or directory")],
+                )
+            else:
+                loaded = load_stack_text(text, str(self.path(name)))
+                ok = loaded.ok and loaded.stack is not None
+                self._releases[name] = (
+                    (loaded.stack.release.model_dump(), []) if ok else (None, loaded.diagnostics)  # type: ignore[union-attr]
+                )
+        return self._releases[name]
 
 
 # -- deciding a promotion --------------------------------------------------------------------------------------
@@ -374,21 +417,15 @@ class Decision:
         return [r for r in self.refusals if not (force and r.forceable)]
 
 
-def _stack_release(path: Path) -> tuple[dict[str, Any] | None, list[Diagnostic]]:
-    loaded = load_stack(path)
-    if not loaded.ok or loaded.stack is None:
-        return None, loaded.diagnostics
-    return loaded.stack.release.model_dump(), []
-
-
 def decide(
-    root: Path, policy: Policy, entries: Sequence[dict[str, Any]], source: str, target: str, now: dt.datetime
+    files: StackFiles, policy: Policy, entries: Sequence[dict[str, Any]], source: str, target: str, now: dt.datetime
 ) -> Decision:
-    """Everything ``gpufleet promote`` would do and every gate it would refuse on; changes nothing."""
-    src_path, tgt_path = root / f"Pulumi.{source}.yaml", root / f"Pulumi.{target}.yaml"
+    """Everything ``gpufleet promote`` would do and every gate it would refuse on. Pure: ``files`` holds what it
+    reads (:meth:`StackFiles.read` with the policy's stacks)."""
+    tgt_path = files.path(target)
     refusals: list[Refusal] = []
-    src_release, src_diags = _stack_release(src_path)
-    tgt_release, tgt_diags = _stack_release(tgt_path)
+    src_release, src_diags = files.release(source)
+    tgt_release, tgt_diags = files.release(target)
     for name, diags in ((source, src_diags), (target, tgt_diags)):
         if diags:
             lines = "\n  ".join(str(d) for d in diags)
@@ -399,13 +436,13 @@ def decide(
     release, previous = release_hash(src_release), release_hash(tgt_release)
     keys = list(dict.fromkeys([*tgt_release, *src_release]))
     pins = {k: (tgt_release.get(k), src_release.get(k)) for k in keys}
-    new_text = replace_release_block(tgt_path.read_text(encoding="utf-8"), src_path.read_text(encoding="utf-8"))
+    new_text = replace_release_block(files.texts[target] or "", files.texts[source] or "")
     result = load_stack_text(new_text, str(tgt_path))
     if not result.ok:
         lines = "\n  ".join(str(d) for d in result.diagnostics)
         refusals.append(Refusal("invalid", f"{target} with {source}'s release would be invalid:\n  {lines}"))
         new_text = None
-    if uncommitted(root, tgt_path):
+    if target in files.changed:
         refusals.append(
             Refusal(
                 "uncommitted",
@@ -422,7 +459,7 @@ def decide(
         for w, wave in enumerate(stage.waves[:j], 1):
             for region in wave:
                 earlier = f"{stage.name}-{region}"
-                rel, _ = _stack_release(root / f"Pulumi.{earlier}.yaml")
+                rel, _ = files.release(earlier)
                 if rel is None or release_hash(rel) != release:
                     refusals.append(
                         Refusal(
@@ -480,13 +517,14 @@ class StackStatus:
     next_state: str  # "up to date", "ready", "blocked: ...", "first stage", "invalid"
 
 
-def status(root: Path, policy: Policy, entries: Sequence[dict[str, Any]], now: dt.datetime) -> list[StackStatus]:
+def status(files: StackFiles, policy: Policy, entries: Sequence[dict[str, Any]], now: dt.datetime) -> list[StackStatus]:
+    """Each stack of the policy: its release, verification, soak and what may move next. Pure (see :func:`decide`)."""
     out = []
     for stage in policy.stages:
         for w, wave in enumerate(stage.waves, 1):
             for region in wave:
                 name = f"{stage.name}-{region}"
-                rel, _ = _stack_release(root / f"Pulumi.{name}.yaml")
+                rel, _ = files.release(name)
                 release = release_hash(rel) if rel is not None else None
                 verified = last_verification(entries, name, release) if release else None
                 soaked = _human(now - verified.time) if verified and verified.result == "ok" else None
@@ -496,7 +534,7 @@ def status(root: Path, policy: Policy, entries: Sequence[dict[str, Any]], now: d
                 elif source is None:
                     state = "first stage: edit its release block"
                 else:
-                    d = decide(root, policy, entries, source, name, now)
+                    d = decide(files, policy, entries, source, name, now)
                     if d.changes and not d.refusals:
                         state = f"ready: {d.previous} -> {d.release}"
                     elif d.changes:

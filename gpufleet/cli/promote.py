@@ -136,7 +136,7 @@ def promote_to(
 
     Exit 0 when promoted (or nothing to do, or a dry run that would pass), 1 when refused, 2 on usage errors.
     """
-    from gpufleet.promote import decide, default_source, now_utc
+    from gpufleet.promote import StackFiles, decide, default_source, now_utc
 
     if force and not (reason and reason.strip()):
         raise usage_error("--force needs --reason TEXT: the ledger records why the gates were forced")
@@ -156,7 +156,7 @@ def promote_to(
     if not (project / f"Pulumi.{source}.yaml").is_file():
         raise usage_error(f"no stack file Pulumi.{source}.yaml in {project}")
     ledger, entries = _ledger(project)
-    decision = decide(project, policy, entries, source, target, now_utc())
+    decision = decide(StackFiles.read(project, [*policy.stacks(), source]), policy, entries, source, target, now_utc())
     blocking = [] if decision.pins and not decision.changes else decision.blocking(force)  # nothing to move
     forced = [r for r in decision.refusals if r not in blocking]
     written, applied = False, None
@@ -289,12 +289,12 @@ def promote_record(
 @promote_app.command("status")
 def promote_status(as_json: JsonOpt = False, root: RootOpt = None) -> None:
     """Which release each stack runs (stage x region), its verification and soak, and what may move next."""
-    from gpufleet.promote import iso, now_utc, status
+    from gpufleet.promote import StackFiles, iso, now_utc, status
 
     project = project_root(root)
     policy = _policy(project)
     _, entries = _ledger(project)
-    rows = status(project, policy, entries, now_utc())
+    rows = status(StackFiles.read(project, policy.stacks()), policy, entries, now_utc())
     if as_json:
         emit_json(
             [

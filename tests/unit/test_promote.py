@@ -331,3 +331,20 @@ def test_a_result_that_would_be_invalid_is_refused_even_when_forced(repo: Path):
     assert "refused (invalid): staging-westeurope with dev-westeurope's release would be invalid:" in proc.stdout
     assert "k8s" in proc.stdout
     assert "kubernetes: *k8s" not in (repo / "Pulumi.staging-westeurope.yaml").read_text()
+
+
+def test_decide_is_pure_and_reads_only_the_stack_files_it_is_given(tmp_path: Path):
+    """The stack files come in as text (StackFiles.read does the I/O at the edge): here the root does not exist."""
+    from gpufleet.promote import StackFiles, decide, load_policy
+
+    policy = load_policy(REPO).policy
+    assert policy is not None
+    texts = {name: (REPO / f"Pulumi.{name}.yaml").read_text() for name in policy.stacks()}
+    files = StackFiles(tmp_path / "nowhere", texts, {"staging-westeurope"})
+    now = dt.datetime(2026, 11, 25, tzinfo=dt.UTC)
+    decision = decide(files, policy, [], "dev-westeurope", "staging-westeurope", now)
+    assert {r.gate for r in decision.refusals} == {"uncommitted", "verified"}
+    assert decision.new_text is not None and "gpufleet:release" in decision.new_text
+    missing = StackFiles(tmp_path, {**texts, "dev-westeurope": None}, set())
+    (refusal,) = decide(missing, policy, [], "dev-westeurope", "staging-westeurope", now).refusals
+    assert refusal.gate == "invalid" and "cannot read: No such file or directory" in refusal.message
