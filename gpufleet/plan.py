@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -89,6 +89,13 @@ class StackPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def host_group_of(self, group_names: Iterable[str]) -> HostGroupPlan | None:
+        """A host's group: the first of the stack's host groups, in the stack's order, among the host's inventory
+        groups (Ansible's ``group_names``); None when it is in none. Its tuning, MIG layout and node labels all come
+        from this one group."""
+        names = set(group_names)
+        return next((g for g in self.host_groups if g.name in names), None)
 
 
 def cluster_name(stack: Stack) -> str:

@@ -38,21 +38,19 @@ def test_grubby_deduplicates_wanted_arguments():
     ]
 
 
-def test_host_profile_is_the_first_matching_groups_profile():
-    stack = {
-        "baremetal": {"host_groups": [{"name": "dgx", "tuning_profile": "train"}, {"name": "lab"}]},
-        "tuning_profiles": {"train": {"cores_per_gpu": 6}},
-    }
-    assert filters.gpufleet_host_profile(stack, ["all", "dgx"]) == {"cores_per_gpu": 6}
-    assert filters.gpufleet_host_profile(stack, ["lab"])["cores_per_gpu"] == {"min": 4, "max": 16}  # the default
+def test_host_profile_is_the_profile_of_the_hosts_group():
+    from gpufleet.spec import load_stack
+
+    stack = load_stack(REPO / "Pulumi.lab-local.yaml").stack.model_dump(mode="json")
+    stack["tuning_profiles"]["train"] = {"cores_per_gpu": 6}
+    stack["baremetal"]["host_groups"].insert(0, {"name": "dgx", "tuning_profile": "train"})
+    assert filters.gpufleet_host_profile(stack, ["all", "dgx"])["cores_per_gpu"] == {"min": 6, "max": 6}
+    assert filters.gpufleet_host_profile(stack, ["lab", "dgx"])["cores_per_gpu"] == {"min": 6, "max": 6}  # first
+    assert filters.gpufleet_host_profile(stack, ["lab"])["reserved_cores"] == 2
+    assert filters.gpufleet_host_profile(stack, ["other"])["cores_per_gpu"] == {"min": 4, "max": 16}  # the default
     stack["baremetal"]["host_groups"][0]["tuning_profile"] = "missing"
-    with pytest.raises(Exception, match="tuning profile 'missing' of host group 'dgx' is not defined"):
+    with pytest.raises(Exception, match=r"(?s)gpufleet_host_profile: invalid stack:.*unknown tuning profile 'missing'"):
         filters.gpufleet_host_profile(stack, ["dgx"])
-
-
-@pytest.mark.parametrize(("text", "cpus"), [("0,2", [0, 2]), ("0 2", [0, 2]), ("0-3\n", [0, 1, 2, 3]), ("", [])])
-def test_cpu_lists_as_the_kernel_and_systemd_print_them(text, cpus):
-    assert filters.gpufleet_cpus(text) == cpus
 
 
 def test_cpu_list_junk_is_refused_with_the_value():

@@ -83,21 +83,16 @@ def gpufleet_topology_plan(facts: dict[str, Any], profile: dict[str, Any] | None
 
 
 def gpufleet_host_profile(stack: dict[str, Any], group_names: list[str]) -> dict[str, Any]:
-    """The tuning profile of the first host group (in the stack's order) the host belongs to; ``default`` else."""
+    """The tuning profile of the host's group (``StackPlan.host_group_of``); the default profile when the host is in
+    none of the stack's host groups."""
+    from gpufleet.plan import plan_spec
     from gpufleet.spec.models import TuningProfile
 
-    stack, group_names = plain_data(stack), plain_data(group_names)
-    groups = (stack.get("baremetal") or {}).get("host_groups", [])
-    profiles = stack.get("tuning_profiles") or {}
-    for group in groups:
-        if group["name"] in group_names:
-            name = group.get("tuning_profile", "default")
-            if name in profiles:
-                return profiles[name]
-            if name == "default":
-                return TuningProfile().model_dump()
-            raise AnsibleFilterError(f"tuning profile {name!r} of host group {group['name']!r} is not defined")
-    return TuningProfile().model_dump()
+    try:
+        group = plan_spec(plain_data(stack)).host_group_of(plain_data(group_names))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"gpufleet_host_profile: {exc}") from exc
+    return group.tuning if group is not None else TuningProfile().model_dump()
 
 
 def gpufleet_grubby_commands(info: str, add: list[str], remove: list[str]) -> list[list[str]]:

@@ -84,17 +84,18 @@ def gpufleet_gpu_node_labels(
     plan = _plan(stack_spec)
     if plan.baremetal is None:
         raise AnsibleFilterError(f"stack {plan.stack} has no bare-metal hosts")
-    stack_groups = [g.name for g in plan.host_groups]
-    if isinstance(group_names, str):
+    if isinstance(group_names, str):  # a group named outright (its check names the stack's groups)
         group = group_names
     else:
         names = [str(n) for n in group_names]
-        group = next((g for g in stack_groups if g in names), None)
-        if group is None:
+        found = plan.host_group_of(names)
+        if found is None:
+            groups = ", ".join(g.name for g in plan.host_groups)
             raise AnsibleFilterError(
-                f"the host is in none of stack {plan.stack}'s host groups ({', '.join(stack_groups)}); its "
-                f"inventory groups: {', '.join(names) or '(none)'}"
+                f"the host is in none of stack {plan.stack}'s host groups ({groups}); its inventory groups:"
+                f" {', '.join(names) or '(none)'}"
             )
+        group = found.name
     try:
         labels: dict[str, str | None] = dict(baremetal_node_labels(plan, group, chart))
     except ValueError as exc:

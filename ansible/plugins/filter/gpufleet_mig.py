@@ -29,10 +29,12 @@ def gpufleet_mig_parted_config(stack: dict[str, Any]) -> dict[str, Any]:
 
 
 def gpufleet_host_mig_layout(stack: dict[str, Any], group_names: list[str]) -> str:
-    """The MIG layout (``mig.config_name``) of the first host group, in the stack's order, that the host is in and
-    that has one; ``""`` when none of its groups has a layout."""
-    names = set(plain_data(group_names))
-    return next((layout for group, layout in _mig_groups(plain_data(stack)) if group in names), "")
+    """The MIG layout (``mig.config_name``) of the host's group (``StackPlan.host_group_of``); ``""`` when that group
+    has none, or the host is in none of the stack's host groups."""
+    from gpufleet.plan import plan_spec
+
+    group = plan_spec(plain_data(stack)).host_group_of(plain_data(group_names))
+    return group.mig["config_name"] if group is not None and group.mig else ""
 
 
 def gpufleet_mig_hosts(stack: dict[str, Any], hosts: str = "all") -> str:
