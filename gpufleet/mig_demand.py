@@ -26,7 +26,7 @@ from pydantic import Field, ValidationError, model_validator
 from gpufleet.catalog import Catalog, Gpu
 from gpufleet.diagnostics import Diagnostic, Finding, did_you_mean
 from gpufleet.mig import MigError, profile_for_memory, usable_gib
-from gpufleet.spec.models import StrictModel, invalid
+from gpufleet.spec.types import StrictModel, invalid
 from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
 
 

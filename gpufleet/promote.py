@@ -38,8 +38,9 @@ from pydantic import Field, ValidationError
 
 from gpufleet.diagnostics import Diagnostic, Finding
 from gpufleet.spec.load import NAMESPACE, load_stack_text, stack_name_from_file
-from gpufleet.spec.models import RegionName, StrictModel, matching
+from gpufleet.spec.models import RegionName
 from gpufleet.spec.models import Stage as StageName
+from gpufleet.spec.types import StrictModel, matching
 from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
 
 POLICY_FILE = "promotion.yaml"

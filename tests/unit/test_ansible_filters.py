@@ -53,6 +53,11 @@ def test_host_profile_is_the_profile_of_the_hosts_group():
         filters.gpufleet_host_profile(stack, ["dgx"])
 
 
+@pytest.mark.parametrize(("text", "cpus"), [("0,2", [0, 2]), ("0 2", [0, 2]), ("0-3\n", [0, 1, 2, 3]), ("", [])])
+def test_cpu_lists_as_the_kernel_and_systemd_print_them(text, cpus):
+    assert filters.gpufleet_cpus(text) == cpus
+
+
 def test_cpu_list_junk_is_refused_with_the_value():
     with pytest.raises(Exception, match="'0,2\\\\n---gpufleet---' is not a CPU list"):
         filters.gpufleet_cpus("0,2\n---gpufleet---")
