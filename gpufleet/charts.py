@@ -39,7 +39,7 @@ from gpufleet.aks import aks_node_labels
 from gpufleet.catalog import Catalog
 from gpufleet.gpu_software import ChartRelease, baremetal_node_labels, baremetal_release, chart_release
 from gpufleet.labels import GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
-from gpufleet.mig_outputs import DISABLED_CONFIG
+from gpufleet.mig.outputs import DISABLED_CONFIG
 from gpufleet.plan import GPU_OPERATOR_CHART, StackPlan
 from gpufleet.scheduling import NodeShape, Placement, Taint, why_not
 from gpufleet.spec.models import GpuSoftware as GpuSoftwareSettings
@@ -497,7 +497,7 @@ def render(
 def write(result: Render, out: Path) -> list[Path]:
     """Write one YAML per chart, ``nodes.yaml`` and ``summary.json`` into ``out`` (created; its parent must exist),
     all at once: the files are written beside it first, so a failure leaves no partial directory."""
-    from gpufleet.mig_outputs import dump_yaml
+    from gpufleet.mig.outputs import dump_yaml
 
     parent = out.resolve().parent
     if not parent.is_dir():

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpufleet.labels import DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
-from gpufleet.mig_outputs import CONFIGMAP_KEY, DISABLED_CONFIG, cluster_strategy, disabled_entries, dump_yaml
+from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG, cluster_strategy, disabled_entries, dump_yaml
 from gpufleet.plan import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART
 
 if TYPE_CHECKING:

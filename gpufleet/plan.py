@@ -26,7 +26,7 @@ from gpufleet.labels import (
     MIG_CONFIG_LABEL,
     POOL_LABEL,
 )
-from gpufleet.mig_outputs import aks_instances, cluster_strategy, mig_parted_config, node_mig, stack_layouts
+from gpufleet.mig.outputs import aks_instances, cluster_strategy, mig_parted_config, node_mig, stack_layouts
 from gpufleet.spec.models import AksManagedMig, GpuPool, MigDeviceGroup, MigLayout, OperatorManagedMig, Stack
 
 # The charts gpufleet installs (their names in NVIDIA's repositories)

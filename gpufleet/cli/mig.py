@@ -139,8 +139,8 @@ def mig_pack(
 
     from gpufleet import mig
     from gpufleet.catalog import load_catalog
-    from gpufleet.mig_demand import load_demand
-    from gpufleet.mig_outputs import dump_yaml, mig_parted_config, packed_layouts
+    from gpufleet.mig.demand import load_demand
+    from gpufleet.mig.outputs import dump_yaml, mig_parted_config, packed_layouts
 
     catalog = load_catalog()
     loaded = load_demand(demand, catalog)
@@ -171,7 +171,7 @@ def mig_pack(
 
 def _pack_json(result: Any, config: dict[str, Any], seconds: float) -> dict[str, Any]:
     """``mig pack --json``: per GPU model the GPUs, the bound, the layouts with their config names; the config."""
-    from gpufleet.mig_outputs import packed_config_name
+    from gpufleet.mig.outputs import packed_config_name
 
     models = []
     for m in result.models:
@@ -205,7 +205,7 @@ def _pack_json(result: Any, config: dict[str, Any], seconds: float) -> dict[str,
 def _print_pack(result: Any, notes: dict[str, list[str]], seconds: float) -> None:
     """Per GPU model its GPUs and bound, each layout with its GPU count, then the fleet's figures."""
     from gpufleet import mig
-    from gpufleet.mig_outputs import packed_config_name
+    from gpufleet.mig.outputs import packed_config_name
 
     layouts = 0
     for m in result.models:

@@ -337,7 +337,7 @@ def _libvirt_answers() -> bool:
 
 def write_inventory(path: Path, hosts: list[virt.LabHost], result: UpResult, group: str = "lab") -> None:
     """The lab's Ansible inventory: SSH on 127.0.0.1 ports with the lab key, each host's BMC endpoint."""
-    from gpufleet.mig_outputs import dump_yaml
+    from gpufleet.mig.outputs import dump_yaml
 
     key = image_mod.ssh_key()
     entries = {}

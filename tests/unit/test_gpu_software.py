@@ -15,7 +15,7 @@ from gpufleet.gpu_software import (
     operator_values,
     toleration,
 )
-from gpufleet.mig_outputs import CONFIGMAP_KEY, DISABLED_CONFIG
+from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack_text
 from tests.charts import chart_keys, needs_charts, unknown_keys

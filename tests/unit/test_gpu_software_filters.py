@@ -22,7 +22,7 @@ from gpufleet.gpu_software import (
     for_baremetal,
     operator_values,
 )
-from gpufleet.mig_outputs import CONFIGMAP_KEY, DISABLED_CONFIG
+from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack
 from tests.ansible_playbook import ansible_playbook

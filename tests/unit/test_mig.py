@@ -225,6 +225,6 @@ def test_maximal_layouts_fit_and_admit_no_further_instance(gpu: Gpu):
 
 def test_layouts_read_largest_first():
     h100 = CATALOG.gpu("H100-SXM5-80GB")
-    assert mig.layout_str(mig._layout({"1g.10gb": 2, "3g.40gb": 1, "2g.20gb": 1}, h100.mig)) == (
+    assert mig.layout_str(mig.placement.as_layout({"1g.10gb": 2, "3g.40gb": 1, "2g.20gb": 1}, h100.mig)) == (
         "3g.40gb + 2g.20gb + 1g.10gb x2"
     )

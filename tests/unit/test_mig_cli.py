@@ -9,7 +9,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from gpufleet.catalog import load_catalog
-from gpufleet.mig_demand import load_demand
+from gpufleet.mig.demand import load_demand
 from tests import markers
 from tests.conftest import FIXTURES, TODAY
 from tests.unit.test_cli import gpufleet

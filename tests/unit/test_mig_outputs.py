@@ -11,7 +11,7 @@ from ruamel.yaml import YAML
 
 from gpufleet import mig
 from gpufleet.catalog import load_catalog
-from gpufleet.mig_outputs import (
+from gpufleet.mig.outputs import (
     NamedLayout,
     NodeMig,
     aks_instances,

@@ -20,7 +20,7 @@ from ruamel.yaml import YAML
 
 from gpufleet import charts
 from gpufleet.gpu_software import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP
-from gpufleet.mig_outputs import CONFIGMAP_KEY, DISABLED_CONFIG
+from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG
 from gpufleet.plan import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART, plan_stack
 from gpufleet.spec import load_stack, load_stack_text
 from tests.charts import CHARTS_DIR, chart_keys, needs_charts, unknown_keys

@@ -20,7 +20,7 @@ def _mig_groups(stack: dict[str, Any]) -> list[tuple[str, str]]:
 def gpufleet_mig_parted_config(stack: dict[str, Any]) -> dict[str, Any]:
     """The plan's ``baremetal.mig_parted_config``: one mig-parted ``v1`` config with every host group's layout
     (and ``all-disabled``); a config with only ``all-disabled`` when no group has a layout."""
-    from gpufleet.mig_outputs import mig_parted_config
+    from gpufleet.mig.outputs import mig_parted_config
     from gpufleet.plan import plan_spec
 
     plan = plan_spec(stack)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.catalog import Catalog
-from gpufleet.mig_outputs import NamedLayout, mig_parted_config
+from gpufleet.mig.outputs import NamedLayout, mig_parted_config
 from gpufleet.spec.models import MigLayout
 
 FAKE_NVIDIA = Path(__file__).with_name("fake_nvidia.py")
