@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -14,7 +13,6 @@ from rich.console import Console
 from rich.markup import escape
 
 if TYPE_CHECKING:
-    from gpufleet.diagnostics import Diagnostic
     from gpufleet.spec.models import Stack
 
 # Exit codes: 0 success, 1 the input is wrong (an invalid stack, an unknown GPU), 2 usage errors (bad options, a
@@ -51,17 +49,6 @@ def project_root(root: Path | None) -> Path:
     return (root or find_project_root()).resolve()
 
 
-def report_invalid(name: str, diagnostics: Sequence[Diagnostic], as_json: bool, consequence: str) -> typer.Exit:
-    """Every error of an invalid input (``file:line: key: message``), on stderr or as JSON; exit 1."""
-    if as_json:
-        emit_json({"stack": name, "ok": False, "errors": [d.to_dict() for d in diagnostics]})
-    else:
-        err.print(f"[red]invalid[/red] {escape(name)}: {consequence}")
-        for d in diagnostics:
-            err.print(f"  {d}", markup=False)
-    return typer.Exit(EXIT_INVALID)
-
-
 def resolve_or_exit(ref: str, root: Path | None) -> Path:
     """The stack file a name (``prod-westeurope``) or path names; exit 2 when there is none."""
     from gpufleet.spec import StackNotFound, resolve_stack
@@ -79,5 +66,11 @@ def load_or_exit(ref: str, root: Path | None, as_json: bool = False, consequence
 
     loaded = load_stack(resolve_or_exit(ref, root))
     if loaded.stack is None:
-        raise report_invalid(f"stack {loaded.name}", loaded.diagnostics, as_json, consequence)
+        if as_json:
+            emit_json({"stack": loaded.name, "ok": False, "errors": [d.to_dict() for d in loaded.diagnostics]})
+        else:
+            err.print(f"[red]invalid stack[/red] {escape(loaded.name)}: {consequence}")
+            for d in loaded.diagnostics:
+                err.print(f"  {d}", markup=False)
+        raise typer.Exit(EXIT_INVALID)
     return loaded.stack
