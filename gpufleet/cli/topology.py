@@ -57,8 +57,8 @@ def _with_overrides(profile: Any, cores_per_gpu: str | None, reserve_cores: int 
 
     update: dict[str, Any] = {}
     if cores_per_gpu is not None:
-        low, _, high = cores_per_gpu.partition("-")
-        if not (low.isdigit() and (high.isdigit() or not _)):
+        low, dash, high = cores_per_gpu.partition("-")
+        if not (low.isdigit() and (high.isdigit() or not dash)):
             raise usage_error(f"--cores-per-gpu {cores_per_gpu!r}: expected a number (8) or a range (4-16)")
         update["cores_per_gpu"] = {"min": int(low), "max": int(high or low)}
     if reserve_cores is not None:
