@@ -24,7 +24,7 @@ def run() -> list[Figure]:
     for stack in stacks:
         assert stack is not None, "an example stack is invalid: run gpufleet validate"
         start = time.perf_counter()
-        result = charts.render(stack, plan_stack(stack, catalog), catalog, directory=CHARTS_DIR)
+        result = charts.render(plan_stack(stack, catalog), directory=CHARTS_DIR)
         elapsed = time.perf_counter() - start
         total += elapsed
         assert not result.problems, result.problems

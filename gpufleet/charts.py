@@ -36,14 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.aks import aks_node_labels
-from gpufleet.catalog import Catalog
-from gpufleet.gpu_software import ChartRelease, baremetal_node_labels, baremetal_release, chart_release
+from gpufleet.gpu_software import GPU_OPERATOR_CHART, ChartRelease
 from gpufleet.labels import GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
 from gpufleet.mig.outputs import DISABLED_CONFIG
-from gpufleet.plan import GPU_OPERATOR_CHART, StackPlan
+from gpufleet.plan import StackPlan
 from gpufleet.scheduling import NodeShape, Placement, Taint, why_not
-from gpufleet.spec.models import GpuSoftware as GpuSoftwareSettings
-from gpufleet.spec.models import Stack
 
 CHARTS_DIR_ENV = "GPUFLEET_CHARTS_DIR"
 HELM_SECONDS = 120
@@ -179,32 +176,31 @@ class Target:
     mps: bool = False  # the node's device-plugin config shares GPUs with MPS
 
 
-def stack_targets(plan: StackPlan, catalog: Catalog, chart: str) -> list[Target]:
+def stack_targets(plan: StackPlan, chart: str) -> list[Target]:
     """The nodes the stack's GPU software must serve: AKS pools (gpufleet's labels and taints plus AKS's own) and
     the system pool, or bare-metal host groups (the labels the ``chart``'s role sets)."""
     targets: list[Target] = []
     if plan.cluster is not None:
-        system = plan.cluster["system_pool"]
-        labels = aks_node_labels(system["name"], system["vm_size"], mode="system", gpu=False)
-        taints = tuple(Taint.parse(t) for t in plan.cluster["system_pool_taints"])
-        targets.append(Target(system["name"], "system pool", NodeShape(system["name"], labels, taints), gpu=False))
+        system = plan.cluster.system_pool
+        labels = aks_node_labels(system.name, system.vm_size, mode="system", gpu=False)
+        taints = tuple(Taint.parse(t) for t in plan.cluster.system_pool_taints)
+        targets.append(Target(system.name, "system pool", NodeShape(system.name, labels, taints), gpu=False))
         for pool in plan.pools:
             labels = {**aks_node_labels(pool.aks_name, pool.vm_size, mode="user", gpu=True), **pool.labels}
             taints = tuple(Taint.parse(t) for t in pool.taints)
-            gpu = catalog.gpu(pool.gpu_model)
             targets.append(
                 Target(
                     pool.name,
                     "GPU pool",
                     NodeShape(pool.name, labels, taints),
                     gpu=True,
-                    mig_capable=gpu.mig_capable and pool.gpu_partition is None,
+                    mig_capable=pool.mig_capable,
                     driver_by_operator=pool.driver == "operator",
-                    mps=pool.sharing["mode"] == "mps",
+                    mps=pool.sharing.mode == "mps",
                 )
             )
     for group in plan.host_groups:
-        labels = {"kubernetes.io/os": "linux", **baremetal_node_labels(plan, group.name, chart)}
+        labels = {"kubernetes.io/os": "linux", **group.node_labels[chart]}
         targets.append(
             Target(
                 group.name,
@@ -452,19 +448,17 @@ class Render:
         ]
 
 
-def releases(stack: Stack, plan: StackPlan, baremetal_chart: str = GPU_OPERATOR_CHART) -> list[ChartRelease]:
+def releases(plan: StackPlan, baremetal_chart: str = GPU_OPERATOR_CHART) -> list[ChartRelease]:
     """What the stack installs: the AKS cluster's release, or the bare-metal cluster's (kubernetes.yml's chart)."""
-    if stack.aks is not None:
-        return [chart_release(plan, stack.aks.gpu_software)]
-    if plan.host_groups and any(g.gpu_model for g in plan.host_groups):
-        return [baremetal_release(plan, GpuSoftwareSettings(), baremetal_chart)]
+    if plan.cluster is not None:
+        return [plan.cluster.gpu_software]
+    if plan.baremetal is not None and any(g.gpu_model for g in plan.host_groups):
+        return [plan.baremetal.releases[baremetal_chart]]
     return []
 
 
 def render(
-    stack: Stack,
     plan: StackPlan,
-    catalog: Catalog,
     *,
     directory: Path | None = None,
     baremetal_chart: str = GPU_OPERATOR_CHART,
@@ -472,7 +466,7 @@ def render(
 ) -> Render:
     """Render the stack's charts with helm and place their workloads on the stack's targets."""
     directory = directory or charts_dir()
-    wanted = releases(stack, plan, baremetal_chart)
+    wanted = releases(plan, baremetal_chart)
     helm = helm_binary() if wanted else ""
     rendered = []
     for release in wanted:
@@ -482,7 +476,7 @@ def render(
         manifest = helm_template(release, chart, plan.release["kubernetes"], helm)
         rendered.append(RenderedChart(release, manifest, parse_objects(manifest)))
     chart_name = wanted[0].chart if wanted else baremetal_chart
-    targets = stack_targets(plan, catalog, chart_name)
+    targets = stack_targets(plan, chart_name)
     loads = [w for c in rendered for w in workloads(c.release.chart, c.objects)]
     mig_default = any(
         (o.get("spec") or {}).get("migManager", {}).get("config", {}).get("default") == DISABLED_CONFIG

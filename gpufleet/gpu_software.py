@@ -18,17 +18,24 @@ GPUs").
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpufleet.labels import DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
 from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG, cluster_strategy, disabled_entries, dump_yaml
-from gpufleet.plan import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART
 
 if TYPE_CHECKING:
-    from gpufleet.plan import StackPlan
+    from gpufleet.plan.model import HostGroupPlan, PoolPlan
     from gpufleet.spec.models import GpuSoftware as GpuSoftwareSettings
+
+# The GPU Operator's daemonsets are privileged (driver, toolkit, device plugin, MIG manager, DCGM): Pod Security
+# admission must let them run in its namespace.
+PRIVILEGED_NAMESPACE_LABELS = {"pod-security.kubernetes.io/enforce": "privileged"}
+
+# The charts gpufleet installs (their names in NVIDIA's repositories)
+GPU_OPERATOR_CHART = "gpu-operator"
+DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
 
 MigStrategy = Literal["single", "mixed"]
 SharingMode = Literal["time-slicing", "mps"]
@@ -189,58 +196,63 @@ def device_plugin_values(software: GpuSoftware) -> dict[str, Any]:
 
 
 def for_baremetal(
-    plan: StackPlan, *, driver_preinstalled: bool = True, toolkit_preinstalled: bool = True
+    host_groups: Iterable[HostGroupPlan],
+    mig_parted_config: dict[str, Any] | None,
+    *,
+    driver_preinstalled: bool = True,
+    toolkit_preinstalled: bool = True,
 ) -> GpuSoftware:
     """Bare-metal Kubernetes: the nvidia_driver and nvidia_container_toolkit roles install driver and toolkit on
     the hosts (pass False for a cluster where the operator should); MIG layouts come from the host groups."""
-    if plan.baremetal is None:
-        raise ValueError(f"stack {plan.stack} has no bare-metal hosts")
-    strategy = cluster_strategy(g.mig["strategy"] for g in plan.host_groups if g.mig and g.mig.get("strategy"))
     return GpuSoftware(
         driver_preinstalled=driver_preinstalled,
         toolkit_preinstalled=toolkit_preinstalled,
-        mig_strategy=strategy,
-        mig_parted_config=plan.baremetal.get("mig_parted_config"),
+        mig_strategy=cluster_strategy(g.mig.strategy for g in host_groups if g.mig and g.mig.strategy),
+        mig_parted_config=mig_parted_config,
     )
 
 
-def aks_chart(plan: StackPlan) -> str:
-    """The chart of an AKS cluster's GPU software (:func:`gpufleet.plan.cluster_chart`, decided by the plan)."""
-    if plan.cluster is None:
-        raise ValueError(f"stack {plan.stack} has no AKS cluster")
-    return plan.cluster["gpu_chart"]
+def cluster_chart(driver_by_operator: bool, mig_by_operator: bool) -> str:
+    """The chart an AKS cluster's GPU software comes from: the GPU Operator when a pool leaves it the driver
+    (``driver: operator``, AKS ``gpuProfile.driver: None``) or a MIG layout (``mig.managed_by: operator``);
+    otherwise AKS installs driver and toolkit on every pool and the device plugin alone is enough."""
+    return GPU_OPERATOR_CHART if driver_by_operator or mig_by_operator else DEVICE_PLUGIN_CHART
 
 
-def for_aks(plan: StackPlan, *, monitoring: bool = False) -> GpuSoftware:
+def for_aks(
+    pools: Sequence[PoolPlan],
+    system_taints: Iterable[str],
+    mig_parted_config: dict[str, Any] | None,
+    *,
+    monitoring: bool = False,
+) -> GpuSoftware:
     """An AKS cluster: the operator's driver (and toolkit) daemonsets run only when a pool's AKS driver is
     ``None``; on the other pools of such a cluster the ``nvidia.com/gpu.deploy.driver=false`` label keeps them off
-    (:func:`gpufleet.plan.pool_labels`). MIG layouts come from the operator-managed pools, sharing configs from the
-    pools' ``sharing`` (named as their ``nvidia.com/device-plugin.config`` label), and the daemonsets tolerate every
-    GPU pool's taints. A MIG mode change needs a reboot on Azure VMs (``WITH_REBOOT``)."""
-    if plan.cluster is None:
-        raise ValueError(f"stack {plan.stack} has no AKS cluster")
-    operator_driver = any(p.aks_gpu_driver == "None" for p in plan.pools)
+    (:func:`gpufleet.plan.build.pool_labels`). MIG layouts come from the operator-managed pools, sharing configs
+    from the pools' ``sharing`` (named as their ``nvidia.com/device-plugin.config`` label), and the daemonsets
+    tolerate every GPU pool's taints. A MIG mode change needs a reboot on Azure VMs (``WITH_REBOOT``)."""
+    operator_driver = any(p.aks_gpu_driver == "None" for p in pools)
     sharing = tuple(
-        SharingConfig(name=p.labels[DEVICE_PLUGIN_CONFIG_LABEL], mode=p.sharing["mode"], replicas=p.sharing["replicas"])
-        for p in plan.pools
-        if p.sharing["mode"] != "none"
+        SharingConfig(name=p.sharing.config_name, mode=p.sharing.mode, replicas=p.sharing.replicas)
+        for p in pools
+        if p.sharing.mode != "none" and p.sharing.config_name and p.sharing.replicas
     )
-    taints = tuple(dict.fromkeys(t for p in plan.pools for t in p.taints))  # spot pools' AKS taint included
+    taints = tuple(dict.fromkeys(t for p in pools for t in p.taints))  # spot pools' AKS taint included
     return GpuSoftware(
         driver_preinstalled=not operator_driver,
         toolkit_preinstalled=not operator_driver,
         # the device plugin serves the AKS-managed MIG pools too
-        mig_strategy=cluster_strategy(p.mig["strategy"] for p in plan.pools if p.mig),
-        mig_parted_config=plan.cluster["mig_parted_config"],
+        mig_strategy=cluster_strategy(p.mig.strategy for p in pools if p.mig and p.mig.strategy),
+        mig_parted_config=mig_parted_config,
         sharing=sharing,
         taints=taints,
-        system_taints=tuple(plan.cluster["system_pool_taints"]),
+        system_taints=tuple(system_taints),
         mig_with_reboot=True,
         monitoring=monitoring,
     )
 
 
-# -- bare-metal clusters: chart versions and node labels (the gpu_operator / device_plugin roles) ---------------
+# -- charts, versions and the node labels their software reads -------------------------------------------------
 
 # The stack's release pin of each chart (``gpufleet:release``), by chart name.
 CHART_PINS = {GPU_OPERATOR_CHART: "gpu_operator", DEVICE_PLUGIN_CHART: "device_plugin"}
@@ -250,8 +262,8 @@ CHART_PINS = {GPU_OPERATOR_CHART: "gpu_operator", DEVICE_PLUGIN_CHART: "device_p
 # schedules it only on nodes that NFD found an NVIDIA PCI device on, or that carry ``nvidia.com/gpu.present=true``
 # (the operator deploys NFD and sets that label itself).
 NODE_LABELS = {
-    "gpu-operator": (MIG_CONFIG_LABEL, DEVICE_PLUGIN_CONFIG_LABEL),
-    "nvidia-device-plugin": (GPU_PRESENT_LABEL, DEVICE_PLUGIN_CONFIG_LABEL),
+    GPU_OPERATOR_CHART: (MIG_CONFIG_LABEL, DEVICE_PLUGIN_CONFIG_LABEL),
+    DEVICE_PLUGIN_CHART: (GPU_PRESENT_LABEL, DEVICE_PLUGIN_CONFIG_LABEL),
 }
 
 
@@ -265,32 +277,26 @@ def chart_version(chart: str, release: Mapping[str, str]) -> str:
     """The version the chart's repository lists for the stack's pin: the GPU Operator's chart versions carry a
     leading ``v`` (``v26.7.0``), the device plugin's do not (``0.20.0``); the stack may write either."""
     bare = release[CHART_PINS[_chart(chart)]].removeprefix("v")
-    return f"v{bare}" if chart == "gpu-operator" else bare
+    return f"v{bare}" if chart == GPU_OPERATOR_CHART else bare
 
 
-def baremetal_node_labels(plan: StackPlan, group: str, chart: str = "gpu-operator") -> dict[str, str]:
-    """The labels ``chart``'s software reads on a host of bare-metal host group ``group``.
-
-    ``nvidia.com/mig.config``: the group's MIG layout; ``all-disabled`` on MIG-capable GPUs without one (what the
-    ``mig`` role applies to them), so a stale label cannot make the MIG manager split them; none on GPUs without
-    MIG. ``nvidia.com/device-plugin.config``: the named config the group's hosts use; bare-metal host groups have
-    no sharing setting, so that is the default config. ``nvidia.com/gpu.present``: ``true`` (the standalone device
-    plugin runs only there). Hosts without GPUs get no labels."""
+def software_labels(chart: str, *, mig_config: str | None, device_plugin_config: str | None) -> dict[str, str]:
+    """The labels of a GPU node that ``chart``'s software reads, gpufleet's only source of them (AKS pools and
+    bare-metal host groups alike): ``nvidia.com/mig.config`` (the GPU Operator's MIG manager applies that layout),
+    ``nvidia.com/device-plugin.config`` (the named device-plugin config), ``nvidia.com/gpu.present=true`` (the
+    standalone device plugin's daemonset runs only there). A None leaves its label off."""
+    labels = {GPU_PRESENT_LABEL: "true"}
+    if mig_config is not None:
+        labels[MIG_CONFIG_LABEL] = mig_config
+    if device_plugin_config is not None:
+        labels[DEVICE_PLUGIN_CONFIG_LABEL] = device_plugin_config
     wanted = NODE_LABELS[_chart(chart)]
-    found = next((g for g in plan.host_groups if g.name == group), None)
-    if found is None:
-        known = ", ".join(g.name for g in plan.host_groups)
-        raise ValueError(f"host group {group!r} is not in stack {plan.stack}; its host groups are: {known}")
-    labels: dict[str, str] = {}
-    if found.gpu_model is None:
-        return labels
-    if found.mig is not None:
-        labels[MIG_CONFIG_LABEL] = found.mig["config_name"]
-    elif found.mig_capable:
-        labels[MIG_CONFIG_LABEL] = DISABLED_CONFIG
-    labels[DEVICE_PLUGIN_CONFIG_LABEL] = DEFAULT_DEVICE_PLUGIN_CONFIG
-    labels[GPU_PRESENT_LABEL] = "true"
     return {k: v for k, v in labels.items() if k in wanted}
+
+
+def label_patch(chart: str, labels: Mapping[str, str]) -> dict[str, str | None]:
+    """A merge patch of the labels gpufleet owns for ``chart``: those that do not apply map to None (removed)."""
+    return {key: labels.get(key) for key in NODE_LABELS[_chart(chart)]}
 
 
 # -- the release a stack installs ------------------------------------------------------------------------------
@@ -299,13 +305,14 @@ def baremetal_node_labels(plan: StackPlan, group: str, chart: str = "gpu-operato
 @dataclass(frozen=True)
 class ChartRelease:
     """A Helm release of the stack's GPU software, computed without Pulumi or Ansible: the Pulumi program installs
-    it, ``gpufleet render`` renders it with helm, the tests check it."""
+    it, ``gpufleet render`` renders it with helm, the roles install it (bare metal), the tests check it."""
 
     chart: str  # gpu-operator or nvidia-device-plugin
     version: str  # as the chart's repository lists it (chart_version)
     repository: str
     namespace: str
     values: dict[str, Any]
+    namespace_labels: dict[str, str] | None = None  # the release's namespace gets them when it is created
 
     @property
     def name(self) -> str:
@@ -313,25 +320,23 @@ class ChartRelease:
         return self.chart
 
 
-def _release(
-    plan: StackPlan, settings: GpuSoftwareSettings, chart: str, software: GpuSoftware, namespace: str
+def chart_release(
+    chart: str, pins: Mapping[str, str], settings: GpuSoftwareSettings, software: GpuSoftware, namespace: str | None
 ) -> ChartRelease:
+    """The release of ``chart`` at the stack's pinned version (``pins``: ``gpufleet:release``), with the values of
+    ``software``, from the repository of ``settings`` (a stack's ``aks.gpu_software``, or its defaults), in
+    ``namespace`` (default: the chart's name)."""
+    version = chart_version(chart, pins)
     if _chart(chart) == GPU_OPERATOR_CHART:
-        values, repository = operator_values(software), settings.gpu_operator_repository
-    else:
-        values, repository = device_plugin_values(software), settings.device_plugin_repository
-    version = chart_version(chart, plan.release)
-    return ChartRelease(chart=chart, version=version, repository=repository, namespace=namespace, values=values)
-
-
-def chart_release(plan: StackPlan, settings: GpuSoftwareSettings) -> ChartRelease:
-    """The release of an AKS stack (``settings``: its ``aks.gpu_software``)."""
-    chart = aks_chart(plan)
-    software = for_aks(plan, monitoring=settings.monitoring)
-    return _release(plan, settings, chart, software, settings.namespace or chart)
-
-
-def baremetal_release(plan: StackPlan, settings: GpuSoftwareSettings, chart: str = GPU_OPERATOR_CHART) -> ChartRelease:
-    """The release ``ansible/playbooks/kubernetes.yml`` installs on a bare-metal stack's cluster with the roles'
-    defaults: ``chart`` (the playbook's ``gpufleet_gpu_chart``), driver and toolkit from the host roles."""
-    return _release(plan, settings, chart, for_baremetal(plan), chart)
+        return ChartRelease(
+            chart=chart,
+            version=version,
+            repository=settings.gpu_operator_repository,
+            namespace=namespace or chart,
+            values=operator_values(software),
+            namespace_labels=dict(PRIVILEGED_NAMESPACE_LABELS),
+        )
+    values, repository = device_plugin_values(software), settings.device_plugin_repository
+    return ChartRelease(
+        chart=chart, version=version, repository=repository, namespace=namespace or chart, values=values
+    )

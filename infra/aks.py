@@ -15,19 +15,13 @@ import pulumi
 from pulumi_azure_native import containerservice as cs
 from pulumi_azure_native import network, resources
 
-from gpufleet.plan import PoolPlan, StackPlan
-from gpufleet.spec.models import GpuPool as GpuPoolSpec
-from gpufleet.spec.models import Network, Stack
-
-
-def tags(plan: StackPlan) -> dict[str, str]:
-    return {"gpufleet-stack": plan.stack, "gpufleet-stage": plan.stage, "managed-by": "gpufleet"}
+from gpufleet.plan import ClusterPlan, PoolPlan
+from gpufleet.spec.models import Network
 
 
 @dataclass(frozen=True)
 class ClusterArgs:
-    stack: Stack
-    plan: StackPlan
+    plan: ClusterPlan
 
 
 class RegionalGpuCluster(pulumi.ComponentResource):
@@ -41,26 +35,22 @@ class RegionalGpuCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:azure:RegionalGpuCluster", name, None, opts)
-        stack, plan = args.stack, args.plan
-        assert stack.aks is not None and plan.cluster is not None
-        spec = stack.aks.cluster
+        plan = args.plan
         child = pulumi.ResourceOptions(parent=self)
         self.resource_group = resources.ResourceGroup(
-            f"{name}-rg", resource_group_name=f"rg-{name}", location=stack.region, tags=tags(plan), opts=child
+            f"{name}-rg", resource_group_name=plan.resource_group, location=plan.location, tags=plan.tags, opts=child
         )
-        self.subnet_id = self._subnet(name, spec.network, stack.region, plan, child)
-        security = spec.security
-        system = spec.system_pool
-        scaler = spec.autoscaler_profile
+        self.subnet_id = self._subnet(name, plan, child)
+        security, system, scaler, net = plan.security, plan.system_pool, plan.autoscaler, plan.network
         self.cluster = cs.ManagedCluster(
             name,
             resource_name_=name,
             resource_group_name=self.resource_group.name,
-            location=stack.region,
+            location=plan.location,
             dns_prefix=name,
-            kubernetes_version=stack.release.kubernetes,
+            kubernetes_version=plan.kubernetes,
             sku=cs.ManagedClusterSKUArgs(
-                name=cs.ManagedClusterSKUName.BASE, tier=cs.ManagedClusterSKUTier(spec.sku_tier)
+                name=cs.ManagedClusterSKUName.BASE, tier=cs.ManagedClusterSKUTier(plan.sku_tier)
             ),
             identity=cs.ManagedClusterIdentityArgs(type=cs.ResourceIdentityType.SYSTEM_ASSIGNED),
             agent_pool_profiles=[
@@ -73,10 +63,10 @@ class RegionalGpuCluster(pulumi.ComponentResource):
                     vm_size=system.vm_size,
                     count=system.count,
                     availability_zones=list(system.zones) or None,
-                    node_taints=list(plan.cluster["system_pool_taints"]),
+                    node_taints=list(plan.system_pool_taints),
                     vnet_subnet_id=self.subnet_id,
                     enable_node_public_ip=security.node_public_ip,
-                    orchestrator_version=stack.release.kubernetes,
+                    orchestrator_version=plan.kubernetes,
                 )
             ],
             enable_rbac=True,
@@ -103,15 +93,13 @@ class RegionalGpuCluster(pulumi.ComponentResource):
             ),
             network_profile=cs.ContainerServiceNetworkProfileArgs(
                 network_plugin=cs.NetworkPlugin.AZURE,
-                network_plugin_mode=cs.NetworkPluginMode(spec.network.plugin_mode)
-                if spec.network.plugin_mode
-                else None,
-                pod_cidr=spec.network.pod_cidr,
-                service_cidr=spec.network.service_cidr,
-                dns_service_ip=str(spec.network.dns_service_ip),
+                network_plugin_mode=cs.NetworkPluginMode(net.plugin_mode) if net.plugin_mode else None,
+                pod_cidr=net.pod_cidr,
+                service_cidr=net.service_cidr,
+                dns_service_ip=str(net.dns_service_ip),
                 load_balancer_sku=cs.LoadBalancerSku.STANDARD,
             ),
-            tags=tags(plan),
+            tags=plan.tags,
             opts=child,
         )
         # Entra ID clusters hand out exec-format kubeconfigs (kubelogin); others the plain user credential.
@@ -126,9 +114,8 @@ class RegionalGpuCluster(pulumi.ComponentResource):
         )
         self.register_outputs({"cluster_id": self.cluster.id, "node_resource_group": self.cluster.node_resource_group})
 
-    def _subnet(
-        self, name: str, net: Network, region: str, plan: StackPlan, child: pulumi.ResourceOptions
-    ) -> pulumi.Output[str]:
+    def _subnet(self, name: str, plan: ClusterPlan, child: pulumi.ResourceOptions) -> pulumi.Output[str]:
+        net: Network = plan.network
         if net.existing_subnet_id:
             return pulumi.Output.from_input(net.existing_subnet_id)
         assert net.vnet_cidr is not None and net.subnet_cidr is not None
@@ -136,9 +123,9 @@ class RegionalGpuCluster(pulumi.ComponentResource):
             f"{name}-vnet",
             virtual_network_name=f"vnet-{name}",
             resource_group_name=self.resource_group.name,
-            location=region,
+            location=plan.location,
             address_space=network.AddressSpaceArgs(address_prefixes=[net.vnet_cidr]),
-            tags=tags(plan),
+            tags=plan.tags,
             # the subnet is its own resource: without this, an update of the VNet would remove it
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(ignore_changes=["subnets"])),
         )
@@ -155,11 +142,8 @@ class RegionalGpuCluster(pulumi.ComponentResource):
 
 @dataclass(frozen=True)
 class GpuPoolArgs:
-    pool: GpuPoolSpec
     plan: PoolPlan
     cluster: RegionalGpuCluster
-    kubernetes_version: str
-    node_public_ip: bool
 
 
 class GpuPool(pulumi.ComponentResource):
@@ -170,17 +154,16 @@ class GpuPool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuPoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:azure:GpuPool", name, None, opts)
-        pool, plan, cluster = args.pool, args.plan, args.cluster
-        tuning = pool.tuning
+        plan, cluster = args.plan, args.cluster
+        tuning, upgrade, spot = plan.tuning, plan.upgrade, plan.spot_settings
         kubelet = None
-        if tuning.cpu_manager_policy != "none" or tuning.topology_manager_policy != "none":
+        if plan.kubelet_config:
             kubelet = cs.KubeletConfigArgs(
                 cpu_manager_policy=tuning.cpu_manager_policy, topology_manager_policy=tuning.topology_manager_policy
             )
         linux = None
         if tuning.transparent_hugepages is not None:
             linux = cs.LinuxOSConfigArgs(transparent_huge_page_enabled=tuning.transparent_hugepages)
-        upgrade = pool.effective_upgrade
         self.agent_pool = cs.AgentPool(
             plan.aks_name,
             agent_pool_name=plan.aks_name,
@@ -189,23 +172,23 @@ class GpuPool(pulumi.ComponentResource):
             mode=cs.AgentPoolMode.USER,
             type=cs.AgentPoolType.VIRTUAL_MACHINE_SCALE_SETS,
             os_type=cs.OSType.LINUX,
-            os_sku=cs.OSSKU(pool.os_sku),
-            vm_size=pool.vm_size,
-            orchestrator_version=args.kubernetes_version,
-            count=plan.nodes["count"],  # AKS requires it with autoscaling too
+            os_sku=cs.OSSKU(plan.os_sku),
+            vm_size=plan.vm_size,
+            orchestrator_version=plan.kubernetes,
+            count=plan.nodes.count,  # AKS requires it with autoscaling too
             enable_auto_scaling=plan.autoscaling,
-            min_count=plan.nodes["min"] if plan.autoscaling else None,
-            max_count=plan.nodes["max"] if plan.autoscaling else None,
-            availability_zones=list(pool.zones) or None,
+            min_count=plan.nodes.min if plan.autoscaling else None,
+            max_count=plan.nodes.max if plan.autoscaling else None,
+            availability_zones=list(plan.zones) or None,
             node_taints=list(plan.taints),
             node_labels=dict(plan.labels),
             gpu_profile=cs.GPUProfileArgs(driver=cs.GPUDriver(plan.aks_gpu_driver)),
-            gpu_instance_profile=cs.GPUInstanceProfile(plan.mig["gpu_instance_profile"])
-            if plan.mig and plan.mig["managed_by"] == "aks"
+            gpu_instance_profile=cs.GPUInstanceProfile(plan.mig.gpu_instance_profile)
+            if plan.mig and plan.mig.gpu_instance_profile
             else None,
-            scale_set_priority=cs.ScaleSetPriority.SPOT if pool.spot else cs.ScaleSetPriority.REGULAR,
-            spot_max_price=pool.spot.max_price if pool.spot else None,
-            scale_set_eviction_policy=cs.ScaleSetEvictionPolicy(pool.spot.eviction_policy) if pool.spot else None,
+            scale_set_priority=cs.ScaleSetPriority.SPOT if spot else cs.ScaleSetPriority.REGULAR,
+            spot_max_price=spot.max_price if spot else None,
+            scale_set_eviction_policy=cs.ScaleSetEvictionPolicy(spot.eviction_policy) if spot else None,
             kubelet_config=kubelet,
             linux_os_config=linux,
             upgrade_settings=cs.AgentPoolUpgradeSettingsArgs(
@@ -214,8 +197,8 @@ class GpuPool(pulumi.ComponentResource):
                 drain_timeout_in_minutes=upgrade.drain_timeout_minutes,
             ),
             vnet_subnet_id=cluster.subnet_id,
-            enable_node_public_ip=args.node_public_ip,
-            tags={"gpufleet-pool": pool.name, "managed-by": "gpufleet"},
+            enable_node_public_ip=plan.node_public_ip,
+            tags=plan.tags,
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"aks_name": self.agent_pool.name})

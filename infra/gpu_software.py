@@ -1,10 +1,9 @@
 """The cluster's GPU software: the NVIDIA GPU Operator, or the NVIDIA device plugin alone, as a Helm release.
 
-The values come from :mod:`gpufleet.gpu_software` (the same code the bare-metal ``gpu_operator`` / ``device_plugin``
-roles use); the chart and its version from the stack's release pins; the repository from
-``gpufleet:aks.gpu_software``. The Kubernetes provider is built from the cluster's user credentials with
-``cluster_identifier`` set to the cluster's resource id, so a rotated kubeconfig updates the provider instead of
-replacing it (and every release with it).
+The release is the plan's (``ClusterPlan.gpu_software``: chart, pinned version, repository, namespace and its
+labels, values from :mod:`gpufleet.gpu_software`, the code the bare-metal releases come from too). The Kubernetes
+provider is built from the cluster's user credentials with ``cluster_identifier`` set to the cluster's resource id,
+so a rotated kubeconfig updates the provider instead of replacing it (and every release with it).
 """
 
 from __future__ import annotations
@@ -17,8 +16,6 @@ from pulumi_kubernetes.helm.v3 import Release, RepositoryOptsArgs
 
 from gpufleet.gpu_software import ChartRelease
 
-# The GPU Operator's daemonsets are privileged (driver, toolkit, device plugin, MIG manager, DCGM).
-PRIVILEGED_NAMESPACE_LABELS = {"pod-security.kubernetes.io/enforce": "privileged"}
 RELEASE_TIMEOUT_SECONDS = 900
 
 
@@ -49,7 +46,7 @@ class GpuSoftware(pulumi.ComponentResource):
             f"{name}-ns",
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=spec.namespace,
-                labels=PRIVILEGED_NAMESPACE_LABELS if spec.chart == "gpu-operator" else None,
+                labels=spec.namespace_labels,
             ),
             opts=on_cluster,
         )

@@ -14,10 +14,8 @@ from typing import Any
 import pulumi
 
 from gpufleet.catalog import load_catalog
-from gpufleet.gpu_software import chart_release
 from gpufleet.plan import StackPlan, plan_stack
 from gpufleet.spec import StackNotFound, load_stack, resolve_stack
-from gpufleet.spec.models import Stack
 from infra.aks import ClusterArgs, GpuPool, GpuPoolArgs, RegionalGpuCluster
 from infra.gpu_software import GpuSoftware, GpuSoftwareArgs
 
@@ -28,8 +26,8 @@ class InvalidStack(pulumi.RunError):
     """The stack file is missing or invalid: nothing was registered."""
 
 
-def load(stack_name: str, root: Path = PROJECT_ROOT) -> tuple[Stack, StackPlan]:
-    """The validated stack ``stack_name`` (``Pulumi.<stack_name>.yaml`` in ``root``) and its plan."""
+def load(stack_name: str, root: Path = PROJECT_ROOT) -> StackPlan:
+    """The plan of the validated stack ``stack_name`` (``Pulumi.<stack_name>.yaml`` in ``root``)."""
     try:
         path = resolve_stack(stack_name, root)
     except StackNotFound as exc:
@@ -44,7 +42,7 @@ def load(stack_name: str, root: Path = PROJECT_ROOT) -> tuple[Stack, StackPlan]:
             f"stack {stack_name} has no gpufleet:aks; its bare-metal hosts are configured with Ansible"
             " (ansible/site.yml), not with Pulumi"
         )
-    return loaded.stack, plan_stack(loaded.stack, catalog)
+    return plan_stack(loaded.stack, catalog)
 
 
 @dataclass
@@ -64,30 +62,19 @@ def pool_outputs(plan: StackPlan) -> list[dict[str, Any]]:
             "vm_size": p.vm_size,
             "gpu_model": p.gpu_model,
             "gpus_per_node": p.gpus_per_node,
-            "nodes": p.nodes,
-            "mig_instances_per_node": (p.mig or {}).get("instances_per_node"),
+            "nodes": {"count": p.nodes.count, "min": p.nodes.min, "max": p.nodes.max},
+            "mig_instances_per_node": p.mig.instances_per_node if p.mig else None,
         }
         for p in plan.pools
     ]
 
 
-def build(stack: Stack, plan: StackPlan) -> Program:
-    assert stack.aks is not None and plan.cluster is not None
-    cluster = RegionalGpuCluster(plan.cluster["name"], ClusterArgs(stack=stack, plan=plan))
-    pools = [
-        GpuPool(
-            spec.name,
-            GpuPoolArgs(
-                pool=spec,
-                plan=pool_plan,
-                cluster=cluster,
-                kubernetes_version=stack.release.kubernetes,
-                node_public_ip=stack.aks.cluster.security.node_public_ip,
-            ),
-        )
-        for spec, pool_plan in zip(stack.aks.gpu_pools, plan.pools, strict=True)
-    ]
-    release = chart_release(plan, stack.aks.gpu_software)
+def build(plan: StackPlan) -> Program:
+    """The stack's resources, each mapped from its part of the plan."""
+    assert plan.cluster is not None
+    cluster = RegionalGpuCluster(plan.cluster.name, ClusterArgs(plan=plan.cluster))
+    pools = [GpuPool(p.name, GpuPoolArgs(plan=p, cluster=cluster)) for p in plan.pools]
+    release = plan.cluster.gpu_software
     software = GpuSoftware(
         "gpu-software",
         GpuSoftwareArgs(release=release, kubeconfig=cluster.kubeconfig, cluster_id=cluster.cluster.id),
@@ -104,5 +91,4 @@ def build(stack: Stack, plan: StackPlan) -> Program:
 
 
 def main(stack_name: str | None = None, root: Path = PROJECT_ROOT) -> Program:
-    stack, plan = load(stack_name or pulumi.get_stack(), root)
-    return build(stack, plan)
+    return build(load(stack_name or pulumi.get_stack(), root))

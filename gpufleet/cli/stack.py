@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -21,6 +21,9 @@ from gpufleet.cli.common import (
     resolve_or_exit,
     usage_error,
 )
+
+if TYPE_CHECKING:
+    from gpufleet.plan import StackPlan
 
 
 def validate(
@@ -117,23 +120,21 @@ def render(
     """
     from gpufleet import charts
     from gpufleet.catalog import load_catalog
-    from gpufleet.plan import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART, plan_stack
+    from gpufleet.gpu_software import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART
+    from gpufleet.plan import plan_stack
 
     if chart not in (None, GPU_OPERATOR_CHART, DEVICE_PLUGIN_CHART):
         raise usage_error(f"--chart {escape(repr(chart))}: use {GPU_OPERATOR_CHART} or {DEVICE_PLUGIN_CHART}")
     loaded = load_or_exit(stack, root, as_json, "nothing rendered")
-    catalog = load_catalog()
-    plan_ = plan_stack(loaded, catalog)
-    if chart is not None and plan_.cluster is not None and chart != plan_.cluster["gpu_chart"]:
+    plan_ = plan_stack(loaded, load_catalog())
+    if chart is not None and plan_.cluster is not None and chart != plan_.cluster.gpu_chart:
         raise usage_error(
             f"--chart {chart}: stack {escape(plan_.stack)} is an AKS cluster whose pools decide its chart "
-            f"({plan_.cluster['gpu_chart']}); --chart is for bare-metal stacks"
+            f"({plan_.cluster.gpu_chart}); --chart is for bare-metal stacks"
         )
     try:
         result = charts.render(
-            loaded,
             plan_,
-            catalog,
             directory=charts_dir,
             baremetal_chart=chart or GPU_OPERATOR_CHART,
             progress=lambda m: err.print(f"[dim]{escape(m)}[/dim]"),
@@ -173,16 +174,16 @@ def _render_summary(result: Any, written: list[Path]) -> None:
         out.print("every GPU DaemonSet runs on every pool / host group it must serve")
 
 
-def _render_plan(result: Any) -> None:
+def _render_plan(result: StackPlan) -> None:
     """One block per pool / host group: readable at 80 columns and in logs."""
     out.print(f"[bold]{result.stack}[/bold]  stage {result.stage}, region {result.region}")
     out.print("release: " + ", ".join(f"{k} {v}" for k, v in result.release.items()))
     if result.cluster:
         c = result.cluster
-        sp = c["system_pool"]
+        sp = c.system_pool
         out.print(
-            f"\n[bold]AKS cluster {c['name']}[/bold]: Kubernetes {c['kubernetes']}, {c['sku_tier']} tier,"
-            f" system pool {sp['name']} {sp['count']} x {sp['vm_size']}"
+            f"\n[bold]AKS cluster {c.name}[/bold]: Kubernetes {c.kubernetes}, {c.sku_tier} tier,"
+            f" system pool {sp.name} {sp.count} x {sp.vm_size}"
         )
         for p in result.pools:
             gpus = f"{p.gpu_partition} of a" if p.gpu_partition else f"{p.gpus_per_node} x"
@@ -190,32 +191,33 @@ def _render_plan(result: Any) -> None:
             shape = f"{gpus} {p.gpu_model}, {p.vcpus} vCPU, {p.memory_gib:g} GiB{ib}"
             out.print(f"\n  [bold]{p.name}[/bold] (AKS node pool {p.aks_name})  {p.vm_size}: {shape}")
             n = p.nodes
-            scale = f" (autoscaling {n['min']}-{n['max']})" if p.autoscaling else ""
+            scale = f" (autoscaling {n.min}-{n.max})" if p.autoscaling else ""
             zones = f", zones {','.join(p.zones)}" if p.zones else ""
             spot = ", spot" if p.spot else ""
             total = p.gpus_total
-            out.print(f"    nodes {n['count']}{scale}{zones}{spot}; GPUs {total['min']}-{total['max']}")
+            out.print(f"    nodes {n.count}{scale}{zones}{spot}; GPUs {total['min']}-{total['max']}")
             out.print(f"    driver {p.driver} (AKS gpuProfile.driver {p.aks_gpu_driver}), os {p.os_sku}")
             if p.mig:
-                inst = ", ".join(f"{k} x {prof}" for prof, k in p.mig["instances_per_node"].items())
-                tag = p.mig.get("gpu_instance_profile") or p.mig.get("config_name")
-                out.print(f"    MIG ({p.mig['managed_by']}-managed, {tag}): {inst} per node")
-            if p.sharing["mode"] != "none":
-                out.print(f"    sharing {p.sharing['mode']}, {p.sharing['replicas']} pods per GPU")
+                inst = ", ".join(f"{k} x {prof}" for prof, k in (p.mig.instances_per_node or {}).items())
+                tag = p.mig.gpu_instance_profile or p.mig.config_name
+                out.print(f"    MIG ({p.mig.managed_by}-managed, {tag}): {inst} per node")
+            if p.sharing.mode != "none":
+                out.print(f"    sharing {p.sharing.mode}, {p.sharing.replicas} pods per GPU")
             out.print("    labels " + ", ".join(f"{k}={v}" for k, v in p.labels.items()), markup=False)
             out.print("    taints " + (", ".join(p.taints) or "none"), markup=False)
-            out.print("    upgrade " + ", ".join(f"{k} {v}" for k, v in p.upgrade.items()))
+            upgrade = p.upgrade.model_dump(exclude_none=True)
+            out.print("    upgrade " + ", ".join(f"{k} {v}" for k, v in upgrade.items()))
     if result.baremetal:
         bm = result.baremetal
         out.print(
-            f"\n[bold]bare metal[/bold]: inventory {bm['inventory']}, rollout serial {bm['rollout']['serial']},"
-            f" max_fail_percentage {bm['rollout']['max_fail_percentage']}"
+            f"\n[bold]bare metal[/bold]: inventory {bm.inventory}, rollout serial {bm.rollout.serial},"
+            f" max_fail_percentage {bm.rollout.max_fail_percentage}"
         )
         for g in result.host_groups:
             gpu = f"{g.gpus_per_host or '?'} x {g.gpu_model}" if g.gpu_model else "no GPU"
             out.print(f"\n  [bold]{g.name}[/bold]  {gpu}, tuning profile {g.tuning_profile}")
-            out.print("    tuning " + ", ".join(f"{k}={v}" for k, v in g.tuning.items()))
+            out.print("    tuning " + ", ".join(f"{k}={v}" for k, v in g.tuning.model_dump().items()))
             if g.mig:
-                inst = g.mig["instances_per_host"]
+                inst = g.mig.instances_per_node
                 detail = ": " + ", ".join(f"{k} x {prof}" for prof, k in inst.items()) + " per host" if inst else ""
-                out.print(f"    MIG {g.mig['config_name']}{detail}")
+                out.print(f"    MIG {g.mig.config_name}{detail}")

@@ -98,7 +98,7 @@ def test_a_host_gets_the_layout_of_its_group(stack: dict):
 def test_the_mig_parted_config_is_the_plans(stack: dict):
     plan = plan_stack(load_stack(STACK).stack, load_catalog())
     config = filters.gpufleet_mig_parted_config(stack)
-    assert config == plan.baremetal["mig_parted_config"]
+    assert config == plan.baremetal.mig_parted_config
     assert set(config["mig-configs"]) == {"all-disabled", "h100-half-3g", "h100-7x1g"}
     lab = load_stack(REPO / "Pulumi.lab-local.yaml").stack.model_dump(mode="json")
     assert filters.gpufleet_mig_parted_config(lab) == {

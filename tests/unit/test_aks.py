@@ -8,7 +8,7 @@ import pytest
 
 from gpufleet.aks import aks_pool_name, pool_suffix
 from gpufleet.catalog import load_catalog
-from gpufleet.gpu_software import aks_chart, for_aks, toleration
+from gpufleet.gpu_software import for_aks, toleration
 from gpufleet.labels import AKS_SPOT_TAINT
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack
@@ -66,13 +66,18 @@ def _plan(stack: str):
 
 
 def test_the_operator_is_chosen_when_a_pool_leaves_it_the_driver_or_mig():
-    assert aks_chart(_plan("prod-westeurope")) == "gpu-operator"
-    assert aks_chart(_plan("prod-eastus")) == "gpu-operator"
-    assert aks_chart(_plan("dev-westeurope")) == "nvidia-device-plugin"
+    assert _plan("prod-westeurope").cluster.gpu_chart == "gpu-operator"
+    assert _plan("prod-eastus").cluster.gpu_chart == "gpu-operator"
+    assert _plan("dev-westeurope").cluster.gpu_chart == "nvidia-device-plugin"
+
+
+def _for_aks(stack: str, monitoring: bool = False):
+    plan = _plan(stack)
+    return for_aks(plan.pools, plan.cluster.system_pool_taints, plan.cluster.mig_parted_config, monitoring=monitoring)
 
 
 def test_aks_gpu_software_follows_the_pools():
-    software = for_aks(_plan("prod-eastus"), monitoring=True)
+    software = _for_aks("prod-eastus", monitoring=True)
     assert (software.driver_preinstalled, software.toolkit_preinstalled) == (False, False)
     assert software.mig_strategy == "mixed" and software.mig_with_reboot and software.monitoring
     assert [(s.name, s.mode, s.replicas) for s in software.sharing] == [("t4spot-time-slicing", "time-slicing", 2)]
@@ -82,6 +87,6 @@ def test_aks_gpu_software_follows_the_pools():
 
 
 def test_aks_managed_mig_sets_the_device_plugins_strategy():
-    software = for_aks(_plan("dev-westeurope"))
+    software = _for_aks("dev-westeurope")
     assert software.driver_preinstalled and software.mig_parted_config is None
     assert software.mig_strategy == "single"

@@ -139,7 +139,8 @@ config:
 def test_bare_metal_values_come_from_the_host_groups_plan(catalog):
     loaded = load_stack_text(BAREMETAL_MIG_STACK, "Pulumi.prod-onprem.yaml", catalog=catalog)
     assert loaded.ok, loaded.diagnostics
-    software = for_baremetal(plan_stack(loaded.stack, catalog))
+    plan = plan_stack(loaded.stack, catalog)
+    software = for_baremetal(plan.host_groups, plan.baremetal.mig_parted_config)
     assert software.driver_preinstalled and software.toolkit_preinstalled
     assert software.mig_strategy == "mixed"  # GPUs 4-7 stay whole
     values = operator_values(software)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-import gpufleet.plan as plan_module
+import gpufleet.plan.hosts as plan_module
 import gpufleet.spec.load as spec_load
 from gpufleet.gpu_software import (
     DEFAULT_DEVICE_PLUGIN_CONFIG,
@@ -87,8 +87,12 @@ def test_values_filters_return_exactly_gpu_softwares_values(path: Path, catalog)
             with pytest.raises(Exception, match=f"stack {plan.stack} has no bare-metal hosts"):
                 values_filter(spec_of(path))
         return
-    assert filters.gpufleet_gpu_operator_values(spec_of(path)) == operator_values(for_baremetal(plan))
-    assert filters.gpufleet_device_plugin_values(spec_of(path)) == device_plugin_values(for_baremetal(plan))
+    assert filters.gpufleet_gpu_operator_values(spec_of(path)) == operator_values(
+        for_baremetal(plan.host_groups, plan.baremetal.mig_parted_config)
+    )
+    assert filters.gpufleet_device_plugin_values(spec_of(path)) == device_plugin_values(
+        for_baremetal(plan.host_groups, plan.baremetal.mig_parted_config)
+    )
 
 
 @needs_charts
@@ -99,7 +103,7 @@ def test_the_gpu_stack_fixture_gives_the_mig_manager_every_layout_and_only_chart
     assert values["mig"] == {"strategy": "mixed"}
     assert unknown_keys(values, chart_keys("gpu-operator")) == []
     plugin = filters.gpufleet_device_plugin_values(spec_of(ONPREM))
-    assert plugin["config"]["map"] == device_plugin_configs(for_baremetal(direct_plan(ONPREM, catalog)))
+    assert plugin["config"]["map"] == device_plugin_configs(_bm(direct_plan(ONPREM, catalog)))
     assert _load(plugin["config"]["map"][DEFAULT_DEVICE_PLUGIN_CONFIG])["flags"] == {"migStrategy": "mixed"}
     assert unknown_keys(plugin, chart_keys("nvidia-device-plugin")) == []
 
@@ -316,3 +320,7 @@ def test_both_roles_in_helm_mode_pass_ansibles_syntax_check(tmp_path: Path):
     )
     proc = ansible(tmp_path, "--syntax-check", str(play))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _bm(plan):
+    return for_baremetal(plan.host_groups, plan.baremetal.mig_parted_config)

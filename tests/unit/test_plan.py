@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpufleet.plan import plan_stack
+from gpufleet.plan import MigPlan, NodeCounts, SharingPlan, plan_stack
 from gpufleet.spec import load_stack
 from tests.conftest import REPO
 
@@ -15,14 +15,14 @@ def test_operator_mig_instances_per_node_follow_device_groups(catalog):
     plan = _plan("prod-westeurope", catalog)
     pool = next(p for p in plan.pools if p.name == "h100mig")
     # GPUs 0-3: 2 x 1g.10gb + 2g.20gb + 3g.40gb each; GPUs 4-7: 2 x 3g.40gb each
-    assert pool.mig["instances_per_node"] == {"1g.10gb": 8, "2g.20gb": 4, "3g.40gb": 12}
-    assert pool.mig["strategy"] == "mixed"
-    assert pool.mig["resources"] == {
+    assert pool.mig.instances_per_node == {"1g.10gb": 8, "2g.20gb": 4, "3g.40gb": 12}
+    assert pool.mig.strategy == "mixed"
+    assert pool.mig.resources == {
         "nvidia.com/mig-1g.10gb": 8,
         "nvidia.com/mig-2g.20gb": 4,
         "nvidia.com/mig-3g.40gb": 12,
     }
-    assert plan.cluster["mig_strategy"] == "mixed"
+    assert plan.cluster.mig_strategy == "mixed"
     assert pool.labels["nvidia.com/mig.config"] == "h100-inference"
     assert (pool.gpus_per_node, pool.vcpus, pool.memory_gib, pool.gpu_model) == (8, 96, 1900, "H100-SXM5-80GB")
     assert pool.gpus_total == {"count": 16, "min": 16, "max": 48}
@@ -31,22 +31,22 @@ def test_operator_mig_instances_per_node_follow_device_groups(catalog):
 def test_aks_mig_profile_fills_every_gpu_with_the_plain_profile(catalog):
     plan = _plan("dev-westeurope", catalog)
     pool = next(p for p in plan.pools if p.name == "a100mig")
-    assert pool.mig == {
-        "managed_by": "aks",
-        "gpu_instance_profile": "MIG1g",
-        "instances_per_node": {"1g.10gb": 7},
-        "strategy": "single",
-        "resources": {"nvidia.com/gpu": 7},
-    }
+    assert pool.mig == MigPlan(
+        managed_by="aks",
+        gpu_instance_profile="MIG1g",
+        instances_per_node={"1g.10gb": 7},
+        strategy="single",
+        resources={"nvidia.com/gpu": 7},
+    )
     assert "nvidia.com/mig.config" not in pool.labels
 
 
 def test_sharing_and_spot_pools(catalog):
     dev = {p.name: p for p in _plan("dev-westeurope", catalog).pools}
     assert dev["t4shared"].labels["nvidia.com/device-plugin.config"] == "t4shared-time-slicing"
-    assert dev["t4shared"].sharing == {"mode": "time-slicing", "replicas": 4}
-    assert dev["t4spot"].spot and dev["t4spot"].nodes == {"count": 0, "min": 0, "max": 3}
-    assert dev["t4spot"].upgrade == {"max_unavailable": "1"}
+    assert dev["t4shared"].sharing == SharingPlan("time-slicing", 4, "t4shared-time-slicing")
+    assert dev["t4spot"].spot and dev["t4spot"].nodes == NodeCounts(count=0, min=0, max=3)
+    assert dev["t4spot"].upgrade.model_dump(exclude_none=True) == {"max_unavailable": "1"}
 
 
 def test_aks_driver_pools_are_excluded_from_the_operator_driver_only_in_mixed_clusters(catalog):
@@ -59,15 +59,16 @@ def test_aks_driver_pools_are_excluded_from_the_operator_driver_only_in_mixed_cl
 
 def test_bare_metal_plan_resolves_the_tuning_profile(catalog):
     plan = _plan("lab-local", catalog)
-    assert plan.cluster is None and plan.pools == []
+    assert plan.cluster is None and plan.pools == ()
     (group,) = plan.host_groups
     assert group.gpu_model is None and group.tuning_profile == "lab"
-    assert group.tuning["hugepages_1g_per_node"] == 1
-    assert plan.baremetal == {
-        "inventory": "inventories/lab-local",
-        "rollout": {"serial": 2, "max_fail_percentage": 50, "reboot_ok": True},
-        "mig_parted_config": None,
-    }
+    assert group.tuning.hugepages_1g_per_node == 1
+    bm = plan.to_dict()["baremetal"]
+    assert (bm["inventory"], bm["rollout"], bm["mig_parted_config"]) == (
+        "inventories/lab-local",
+        {"serial": 2, "max_fail_percentage": 50, "reboot_ok": True},
+        None,
+    )
 
 
 def test_fractional_gpu_sizes(catalog):

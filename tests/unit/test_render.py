@@ -19,9 +19,9 @@ from jsonschema import Draft202012Validator
 from ruamel.yaml import YAML
 
 from gpufleet import charts
-from gpufleet.gpu_software import DEVICE_PLUGIN_CONFIGMAP, MIG_CONFIGMAP
+from gpufleet.gpu_software import DEVICE_PLUGIN_CHART, DEVICE_PLUGIN_CONFIGMAP, GPU_OPERATOR_CHART, MIG_CONFIGMAP
 from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG
-from gpufleet.plan import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART, plan_stack
+from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack, load_stack_text
 from tests.charts import CHARTS_DIR, chart_keys, needs_charts, unknown_keys
 from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY
@@ -40,7 +40,7 @@ CASE_IDS = [  # the AKS stacks by name, the bare-metal fixture by name and chart
 
 
 def _render(stack, catalog, chart: str = GPU_OPERATOR_CHART) -> charts.Render:
-    return charts.render(stack, plan_stack(stack, catalog), catalog, directory=CHARTS_DIR, baremetal_chart=chart)
+    return charts.render(plan_stack(stack, catalog), directory=CHARTS_DIR, baremetal_chart=chart)
 
 
 @pytest.fixture(scope="module")
@@ -120,11 +120,13 @@ def test_without_nfd_tolerations_the_operator_deploys_nothing(catalog, monkeypat
 
 
 def test_without_the_gpu_present_label_the_device_plugin_matches_no_node(catalog, monkeypatch):
-    from gpufleet import plan as plan_module
+    from gpufleet.plan import build
 
-    original = plan_module.pool_labels
+    original = build.pool_labels
     monkeypatch.setattr(
-        plan_module, "pool_labels", lambda *a: {k: v for k, v in original(*a).items() if k != "nvidia.com/gpu.present"}
+        build,
+        "pool_labels",
+        lambda *a, **k: {key: v for key, v in original(*a, **k).items() if key != "nvidia.com/gpu.present"},
     )
     stack = load_stack(REPO / "Pulumi.dev-westeurope.yaml", today=TODAY).stack
     result = _render(stack, catalog)
@@ -250,10 +252,10 @@ def test_the_mig_manager_gets_the_stacks_layouts_and_the_strategy(rendered, cata
     stack, result = rendered["prod-westeurope"]
     plan = plan_stack(stack, catalog)
     spec = _policy(result)
-    assert spec["mig"]["strategy"] == plan.cluster["mig_strategy"] == "mixed"
+    assert spec["mig"]["strategy"] == plan.cluster.mig_strategy == "mixed"
     assert spec["migManager"]["config"] == {"name": MIG_CONFIGMAP, "default": DISABLED_CONFIG}
     config = YAML(typ="safe").load(_configmap(result, MIG_CONFIGMAP)[CONFIGMAP_KEY])
-    assert config["mig-configs"]["h100-inference"] == plan.cluster["mig_parted_config"]["mig-configs"]["h100-inference"]
+    assert config["mig-configs"]["h100-inference"] == plan.cluster.mig_parted_config["mig-configs"]["h100-inference"]
     assert config["mig-configs"][DISABLED_CONFIG] == [{"devices": "all", "mig-enabled": False}]
     assert result.labels["h100mig"]["nvidia.com/mig.config"] == "h100-inference"
     assert set(_coverage(result, "nvidia-mig-manager").runs_on) == {"h100mig", "h100train"}

@@ -85,14 +85,14 @@ def gpufleet_topology_plan(facts: dict[str, Any], profile: dict[str, Any] | None
 def gpufleet_host_profile(stack: dict[str, Any], group_names: list[str]) -> dict[str, Any]:
     """The tuning profile of the host's group (``StackPlan.host_group_of``); the default profile when the host is in
     none of the stack's host groups."""
-    from gpufleet.plan import plan_spec
+    from gpufleet.plan.hosts import plan_spec
     from gpufleet.spec.models import TuningProfile
 
     try:
         group = plan_spec(plain_data(stack)).host_group_of(plain_data(group_names))
     except ValueError as exc:
         raise AnsibleFilterError(f"gpufleet_host_profile: {exc}") from exc
-    return group.tuning if group is not None else TuningProfile().model_dump()
+    return (group.tuning if group is not None else TuningProfile()).model_dump(mode="json")
 
 
 def gpufleet_grubby_commands(info: str, add: list[str], remove: list[str]) -> list[list[str]]:

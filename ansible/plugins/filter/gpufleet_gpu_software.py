@@ -15,7 +15,7 @@ from ansible.errors import AnsibleFilterError
 
 def _plan(stack_spec: Any) -> Any:
     """The stack's plan (gpufleet.plan.plan_spec, which reads the spec as JSON data, Ansible's tagged values too)."""
-    from gpufleet.plan import plan_spec
+    from gpufleet.plan.hosts import plan_spec
 
     try:
         return plan_spec(stack_spec)
@@ -26,12 +26,15 @@ def _plan(stack_spec: Any) -> Any:
 def _software(stack_spec: Any, driver_preinstalled: bool = True, toolkit_preinstalled: bool = True) -> Any:
     from gpufleet.gpu_software import for_baremetal
 
-    try:
-        return for_baremetal(
-            _plan(stack_spec), driver_preinstalled=driver_preinstalled, toolkit_preinstalled=toolkit_preinstalled
-        )
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
+    plan = _plan(stack_spec)
+    if plan.baremetal is None:
+        raise AnsibleFilterError(f"stack {plan.stack} has no bare-metal hosts")
+    return for_baremetal(
+        plan.host_groups,
+        plan.baremetal.mig_parted_config,
+        driver_preinstalled=driver_preinstalled,
+        toolkit_preinstalled=toolkit_preinstalled,
+    )
 
 
 def _bool(value: Any, name: str) -> bool:
@@ -79,7 +82,7 @@ def gpufleet_gpu_node_labels(
     group name, or a host's ``group_names``: the first of the stack's host groups, in the stack's order, the
     host belongs to). With ``patch``, the labels gpufleet owns that do not apply map to None: a merge patch
     that removes them."""
-    from gpufleet.gpu_software import NODE_LABELS, baremetal_node_labels
+    from gpufleet.gpu_software import NODE_LABELS, label_patch
 
     plan = _plan(stack_spec)
     if plan.baremetal is None:
@@ -97,12 +100,12 @@ def gpufleet_gpu_node_labels(
             )
         group = found.name
     try:
-        labels: dict[str, str | None] = dict(baremetal_node_labels(plan, group, chart))
+        if chart not in NODE_LABELS:
+            raise ValueError(f"unknown chart {chart!r}; one of {', '.join(NODE_LABELS)}")
+        labels = plan.host_group(group).node_labels[chart]
     except ValueError as exc:
         raise AnsibleFilterError(f"gpufleet_gpu_node_labels: {exc}") from exc
-    if _bool(patch, "patch"):
-        labels = {key: labels.get(key) for key in NODE_LABELS[chart]}
-    return labels
+    return label_patch(chart, labels) if _bool(patch, "patch") else dict(labels)
 
 
 def _literal_blocks(value: Any) -> Any:

@@ -21,20 +21,20 @@ def gpufleet_mig_parted_config(stack: dict[str, Any]) -> dict[str, Any]:
     """The plan's ``baremetal.mig_parted_config``: one mig-parted ``v1`` config with every host group's layout
     (and ``all-disabled``); a config with only ``all-disabled`` when no group has a layout."""
     from gpufleet.mig.outputs import mig_parted_config
-    from gpufleet.plan import plan_spec
+    from gpufleet.plan.hosts import plan_spec
 
     plan = plan_spec(stack)
-    config = (plan.baremetal or {}).get("mig_parted_config")
+    config = plan.baremetal.mig_parted_config if plan.baremetal is not None else None
     return config or mig_parted_config([])
 
 
 def gpufleet_host_mig_layout(stack: dict[str, Any], group_names: list[str]) -> str:
     """The MIG layout (``mig.config_name``) of the host's group (``StackPlan.host_group_of``); ``""`` when that group
     has none, or the host is in none of the stack's host groups."""
-    from gpufleet.plan import plan_spec
+    from gpufleet.plan.hosts import plan_spec
 
     group = plan_spec(plain_data(stack)).host_group_of(plain_data(group_names))
-    return group.mig["config_name"] if group is not None and group.mig else ""
+    return group.mig_layout if group is not None else ""
 
 
 def gpufleet_mig_hosts(stack: dict[str, Any], hosts: str = "all") -> str:

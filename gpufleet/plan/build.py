@@ -1,0 +1,270 @@
+"""Planning a valid stack against the catalog: :func:`plan_stack` turns the spec into a :class:`StackPlan`. Pure: no
+I/O. Each derived fact is decided here once (pool names and labels, MIG instances, the cluster's chart and its
+values, host groups' node labels); the Pulumi program and the roles only map the result."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from gpufleet.aks import SYSTEM_POOL_TAINT, aks_pool_name
+from gpufleet.catalog import Catalog, Gpu, VmSize
+from gpufleet.gpu_software import (
+    CHART_PINS,
+    DEFAULT_DEVICE_PLUGIN_CONFIG,
+    chart_release,
+    cluster_chart,
+    for_aks,
+    for_baremetal,
+    software_labels,
+)
+from gpufleet.labels import AKS_SPOT_LABEL, AKS_SPOT_TAINT, DEPLOY_DRIVER_LABEL, GPU_MODEL_LABEL, POOL_LABEL
+from gpufleet.mig.outputs import (
+    DISABLED_CONFIG,
+    NamedLayout,
+    aks_instances,
+    cluster_strategy,
+    mig_parted_config,
+    node_mig,
+    stack_layouts,
+)
+from gpufleet.plan.model import (
+    BaremetalPlan,
+    ClusterPlan,
+    HostGroupPlan,
+    MigPlan,
+    NodeCounts,
+    PoolPlan,
+    SharingPlan,
+    StackPlan,
+)
+from gpufleet.spec.models import (
+    AksManagedMig,
+    GpuPool,
+    GpuSoftware,
+    HostGroup,
+    MigDeviceGroup,
+    MigLayout,
+    OperatorManagedMig,
+    Stack,
+)
+
+
+def _number(value: Fraction) -> int | float:
+    return int(value) if value.denominator == 1 else round(float(value), 4)
+
+
+def cluster_name(stack: Stack) -> str:
+    assert stack.aks is not None
+    return stack.aks.cluster.name or f"gpufleet-{stack.stage}-{stack.region}"
+
+
+def stack_tags(stack: Stack) -> dict[str, str]:
+    """The Azure tags of a stack's resources."""
+    return {"gpufleet-stack": stack.name, "gpufleet-stage": stack.stage, "managed-by": "gpufleet"}
+
+
+def sharing_plan(pool: GpuPool) -> SharingPlan:
+    """A pool's GPU sharing; a sharing pool's nodes use the device-plugin config named ``<pool>-<mode>``."""
+    mode = pool.sharing.mode
+    if mode == "none":
+        return SharingPlan(mode="none")
+    return SharingPlan(mode=mode, replicas=pool.sharing.replicas, config_name=f"{pool.name}-{mode}")
+
+
+def pool_mig(pool: GpuPool, gpu: Gpu, gpus: int) -> MigPlan | None:
+    """A pool's MIG layout and the instances it gives each node."""
+    if isinstance(pool.mig, AksManagedMig):
+        per_gpu = aks_instances(gpu, pool.mig.profile, 1)
+        node = node_mig(MigLayout(config_name="aks", devices=[MigDeviceGroup(profiles=per_gpu)]), gpus)
+        return MigPlan(
+            managed_by="aks",
+            gpu_instance_profile=pool.mig.profile,
+            instances_per_node=node.instances,
+            strategy=node.strategy,
+            resources=node.resources,
+        )
+    if isinstance(pool.mig, OperatorManagedMig):
+        node = node_mig(pool.mig, gpus)
+        return MigPlan(
+            managed_by="operator",
+            config_name=pool.mig.config_name,
+            instances_per_node=node.instances,
+            strategy=node.strategy,
+            resources=node.resources,
+        )
+    return None
+
+
+def pool_labels(pool: GpuPool, gpu: Gpu, chart: str, *, operator_driver_in_cluster: bool) -> dict[str, str]:
+    """The node labels a pool carries: the stack's own, gpufleet's pool and model labels, the labels ``chart``'s
+    software reads (:func:`gpufleet.gpu_software.software_labels`), the operator's driver opt-out for AKS-driver
+    pools in a cluster where other pools leave the driver to the operator, and AKS's spot label."""
+    mig_config = pool.mig.config_name if isinstance(pool.mig, OperatorManagedMig) else None
+    labels = {POOL_LABEL: pool.name, GPU_MODEL_LABEL: gpu.name, **pool.labels}
+    labels |= software_labels(chart, mig_config=mig_config, device_plugin_config=sharing_plan(pool).config_name)
+    if operator_driver_in_cluster and pool.driver == "aks":
+        labels[DEPLOY_DRIVER_LABEL] = "false"
+    if pool.spot is not None:
+        labels[AKS_SPOT_LABEL] = "spot"
+    return labels
+
+
+def pool_plan(stack: Stack, pool: GpuPool, size: VmSize, gpu: Gpu, chart: str, *, operator_driver: bool) -> PoolPlan:
+    """One GPU pool (``chart``: the cluster's; ``operator_driver``: a pool of the cluster leaves the driver to the
+    GPU Operator)."""
+    assert stack.aks is not None
+    gpus = size.whole_gpus
+    autoscaling = pool.autoscaling
+    nodes = NodeCounts(
+        count=pool.count,
+        min=autoscaling.min if autoscaling else pool.count,
+        max=autoscaling.max if autoscaling else pool.count,
+    )
+    whole = size.gpu_count.denominator == 1
+    return PoolPlan(
+        name=pool.name,
+        aks_name=aks_pool_name(pool),
+        vm_size=size.name,
+        series=size.series,
+        gpu_model=gpu.name,
+        mig_capable=gpu.mig_capable and whole,
+        gpus_per_node=_number(size.gpu_count),
+        gpu_partition=None if whole else str(size.gpu_count),
+        vcpus=size.vcpus,
+        memory_gib=size.memory_gib,
+        infiniband=size.infiniband,
+        nodes=nodes,
+        autoscaling=autoscaling is not None,
+        spot=pool.spot is not None,
+        spot_settings=pool.spot,
+        zones=tuple(pool.zones),
+        os_sku=pool.os_sku,
+        kubernetes=stack.release.kubernetes,
+        node_public_ip=stack.aks.cluster.security.node_public_ip,
+        driver=pool.driver,
+        aks_gpu_driver=pool.aks_gpu_driver,
+        taints=(*pool.taints, *([AKS_SPOT_TAINT] if pool.spot else [])),
+        labels=pool_labels(pool, gpu, chart, operator_driver_in_cluster=operator_driver),
+        mig=pool_mig(pool, gpu, gpus),
+        sharing=sharing_plan(pool),
+        upgrade=pool.effective_upgrade,
+        tuning=pool.tuning,
+        kubelet_config=pool.tuning.cpu_manager_policy != "none" or pool.tuning.topology_manager_policy != "none",
+        gpus_total={k: _number(size.gpu_count * getattr(nodes, k)) for k in ("count", "min", "max")},
+        tags={"gpufleet-pool": pool.name, "managed-by": "gpufleet"},
+    )
+
+
+def cluster_plan(
+    stack: Stack, catalog: Catalog, layouts: list[NamedLayout]
+) -> tuple[ClusterPlan, tuple[PoolPlan, ...]]:
+    """The AKS cluster of a stack with an ``aks`` section, its GPU pools, and the release of its GPU software
+    (``layouts``: the operator-managed pools' MIG layouts)."""
+    aks = stack.aks
+    assert aks is not None
+    spec = aks.cluster
+    operator_driver = any(p.driver == "operator" for p in aks.gpu_pools)
+    chart = cluster_chart(operator_driver, any(isinstance(p.mig, OperatorManagedMig) for p in aks.gpu_pools))
+    pools = []
+    for pool in aks.gpu_pools:
+        size = catalog.vm_size(pool.vm_size)
+        assert size is not None, "plan_stack needs a validated stack"
+        pools.append(pool_plan(stack, pool, size, catalog.gpu(size.gpu), chart, operator_driver=operator_driver))
+    # the GPU Operator's migManager.config: one mig-parted config for the cluster
+    mig_config = mig_parted_config(layouts) if layouts else None
+    system_taints = (SYSTEM_POOL_TAINT,)
+    software = for_aks(pools, system_taints, mig_config, monitoring=aks.gpu_software.monitoring)
+    name = cluster_name(stack)
+    cluster = ClusterPlan(
+        name=name,
+        resource_group=f"rg-{name}",
+        location=stack.region,
+        kubernetes=stack.release.kubernetes,
+        sku_tier=spec.sku_tier,
+        system_pool=spec.system_pool,
+        system_pool_taints=system_taints,
+        network=spec.network,
+        security=spec.security,
+        autoscaler=spec.autoscaler_profile,
+        tags=stack_tags(stack),
+        gpu_chart=chart,
+        mig_strategy=cluster_strategy(p.mig.strategy for p in pools if p.mig and p.mig.managed_by == "operator"),
+        mig_parted_config=mig_config,
+        gpu_software=chart_release(
+            chart, stack.release.model_dump(), aks.gpu_software, software, aks.gpu_software.namespace
+        ),
+    )
+    return cluster, tuple(pools)
+
+
+def host_group_plan(stack: Stack, group: HostGroup, catalog: Catalog) -> HostGroupPlan:
+    gpu = catalog.gpu(group.gpu_model) if group.gpu_model else None
+    profile = stack.tuning_profile(group.tuning_profile)
+    assert profile is not None, "plan_stack needs a validated stack"
+    mig = None
+    if group.mig is not None and group.gpus_per_host:
+        node = node_mig(group.mig, group.gpus_per_host)
+        mig = MigPlan(
+            managed_by="host",
+            config_name=group.mig.config_name,
+            instances_per_node=node.instances,
+            strategy=node.strategy,
+            resources=node.resources,
+        )
+    elif group.mig is not None:
+        mig = MigPlan(managed_by="host", config_name=group.mig.config_name)
+    labels: dict[str, dict[str, str]] = {chart: {} for chart in CHART_PINS}
+    if gpu is not None:
+        # MIG-capable GPUs without a layout get all-disabled (what the mig role applies to them), so a stale label
+        # cannot make the MIG manager split them; bare-metal groups have no sharing: the default device-plugin config
+        mig_config = mig.config_name if mig is not None else DISABLED_CONFIG if gpu.mig_capable else None
+        labels = {
+            chart: software_labels(chart, mig_config=mig_config, device_plugin_config=DEFAULT_DEVICE_PLUGIN_CONFIG)
+            for chart in CHART_PINS
+        }
+    return HostGroupPlan(
+        name=group.name,
+        gpu_model=gpu.name if gpu else None,
+        mig_capable=gpu.mig_capable if gpu else None,
+        gpus_per_host=group.gpus_per_host,
+        tuning_profile=group.tuning_profile,
+        tuning=profile,
+        mig=mig,
+        node_labels=labels,
+    )
+
+
+def baremetal_plan(stack: Stack, host_groups: tuple[HostGroupPlan, ...], layouts: list[NamedLayout]) -> BaremetalPlan:
+    """The bare-metal side of a stack (``layouts``: its host groups' MIG layouts)."""
+    bm = stack.baremetal
+    assert bm is not None
+    mig_config = mig_parted_config(layouts) if layouts else None
+    software = for_baremetal(host_groups, mig_config)
+    pins = stack.release.model_dump()
+    return BaremetalPlan(
+        inventory=bm.inventory,
+        rollout=bm.rollout,
+        mig_parted_config=mig_config,
+        releases={chart: chart_release(chart, pins, GpuSoftware(), software, None) for chart in CHART_PINS},
+    )
+
+
+def plan_stack(stack: Stack, catalog: Catalog) -> StackPlan:
+    """Resolve a *valid* stack (see :func:`gpufleet.spec.load_stack`) against the catalog."""
+    pool_layouts, host_layouts = stack_layouts(stack, catalog)
+    cluster, pools = cluster_plan(stack, catalog, pool_layouts) if stack.aks is not None else (None, ())
+    host_groups: tuple[HostGroupPlan, ...] = ()
+    baremetal = None
+    if stack.baremetal is not None:
+        host_groups = tuple(host_group_plan(stack, g, catalog) for g in stack.baremetal.host_groups)
+        baremetal = baremetal_plan(stack, host_groups, host_layouts)
+    return StackPlan(
+        stack=stack.name,
+        stage=stack.stage,
+        region=stack.region,
+        release=stack.release.model_dump(),
+        cluster=cluster,
+        pools=pools,
+        baremetal=baremetal,
+        host_groups=host_groups,
+    )

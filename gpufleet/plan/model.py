@@ -1,0 +1,205 @@
+"""The typed plan of a stack: what the planners decided, handed to the Pulumi program (``infra/``), the Ansible
+roles (through the ``gpufleet_plan`` lookup's host view), ``gpufleet plan`` and ``gpufleet render``. Frozen
+dataclasses, built once per stack by :func:`gpufleet.plan.plan_stack`; the consumers map them and decide nothing.
+
+Where the plan passes on a part of the stack unchanged (the network, the security settings, a tuning profile) it
+holds the validated spec object itself: typed, frozen, and one fact in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from gpufleet.gpu_software import ChartRelease
+from gpufleet.spec.models import (
+    AutoscalerProfile,
+    Network,
+    PoolTuning,
+    Rollout,
+    Security,
+    Spot,
+    SystemPool,
+    TuningProfile,
+    Upgrade,
+)
+
+# A field whose None value is left out of the plan's plain data (``to_dict``), and whose spec object is dumped
+# without its None values: the JSON of ``gpufleet plan`` shows what is set.
+OMIT_NONE = {"omit_none": True}
+
+
+def plain(value: Any, omit_none: bool = False) -> Any:
+    """A plan object as JSON-able data: dataclasses and spec models as dicts, tuples as lists."""
+    if is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in fields(value):
+            item = getattr(value, f.name)
+            skip = f.metadata.get("omit_none", False)
+            if item is None and skip:
+                continue
+            out[f.name] = plain(item, skip)
+        return out
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_none=omit_none)
+    if isinstance(value, dict):
+        return {str(k): plain(v, omit_none) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v, omit_none) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class NodeCounts:
+    """Nodes of a pool: now, and the autoscaler's bounds (both ``count`` without autoscaling)."""
+
+    count: int
+    min: int
+    max: int
+
+
+@dataclass(frozen=True)
+class MigPlan:
+    """The MIG layout of a pool's nodes or of a host group's hosts.
+
+    ``managed_by``: ``aks`` (AKS's ``gpuInstanceProfile``), ``operator`` (the GPU Operator's MIG manager applies
+    ``config_name``) or ``host`` (the ``mig`` role applies it to bare-metal hosts). ``instances_per_node``: MIG
+    instances of each profile per node (a host is a node); None for a host group whose hosts' GPU count the stack
+    leaves open."""
+
+    managed_by: Literal["aks", "operator", "host"]
+    config_name: str | None = field(default=None, metadata=OMIT_NONE)
+    gpu_instance_profile: str | None = field(default=None, metadata=OMIT_NONE)
+    instances_per_node: dict[str, int] | None = None
+    strategy: Literal["single", "mixed"] | None = field(default=None, metadata=OMIT_NONE)
+    resources: dict[str, int] | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class SharingPlan:
+    """GPU sharing of a pool's nodes; ``config_name`` is the device-plugin config its nodes are labelled with."""
+
+    mode: Literal["none", "time-slicing", "mps"]
+    replicas: int | None = field(default=None, metadata=OMIT_NONE)
+    config_name: str | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """One AKS GPU node pool, with every value the Pulumi program sets on its ``AgentPool``."""
+
+    name: str
+    aks_name: str  # the node pool's name in AKS (gpufleet.aks.aks_pool_name)
+    vm_size: str
+    series: str
+    gpu_model: str
+    mig_capable: bool  # whole GPUs of a MIG-capable model (not a fraction of one)
+    gpus_per_node: int | float
+    gpu_partition: str | None
+    vcpus: int
+    memory_gib: float
+    infiniband: bool
+    nodes: NodeCounts
+    autoscaling: bool
+    spot: bool
+    spot_settings: Spot | None = field(metadata=OMIT_NONE)  # price cap and eviction policy of a spot pool
+    zones: tuple[str, ...]
+    os_sku: str
+    kubernetes: str
+    node_public_ip: bool
+    driver: str
+    aks_gpu_driver: str
+    taints: tuple[str, ...]
+    labels: dict[str, str]
+    mig: MigPlan | None
+    sharing: SharingPlan
+    upgrade: Upgrade = field(metadata=OMIT_NONE)
+    tuning: PoolTuning
+    kubelet_config: bool  # AKS kubeletConfig: a CPU or topology manager policy is set
+    gpus_total: dict[str, int | float]
+    tags: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """The AKS cluster of a stack: names, the system pool, the settings passed on, and its GPU software."""
+
+    name: str
+    resource_group: str
+    location: str
+    kubernetes: str
+    sku_tier: str
+    system_pool: SystemPool
+    system_pool_taints: tuple[str, ...]
+    network: Network = field(metadata=OMIT_NONE)
+    security: Security
+    autoscaler: AutoscalerProfile
+    tags: dict[str, str]
+    gpu_chart: str
+    mig_strategy: Literal["single", "mixed"] | None
+    mig_parted_config: dict[str, Any] | None
+    gpu_software: ChartRelease
+
+
+@dataclass(frozen=True)
+class HostGroupPlan:
+    """A bare-metal host group: its GPUs, its tuning profile (resolved), its MIG layout, and the node labels the
+    GPU software's role sets on its hosts, per chart."""
+
+    name: str
+    gpu_model: str | None
+    mig_capable: bool | None
+    gpus_per_host: int | None
+    tuning_profile: str
+    tuning: TuningProfile
+    mig: MigPlan | None
+    node_labels: dict[str, dict[str, str]]  # chart -> labels (gpufleet.gpu_software.software_labels)
+
+    @property
+    def mig_layout(self) -> str:
+        """The layout the ``mig`` role applies (``""``: none)."""
+        return self.mig.config_name or "" if self.mig is not None else ""
+
+
+@dataclass(frozen=True)
+class BaremetalPlan:
+    """The bare-metal side: inventory, rollout, the one mig-parted config of every host group's layout, and the
+    release of each chart ``kubernetes.yml`` can install (driver and toolkit from the host roles)."""
+
+    inventory: str
+    rollout: Rollout
+    mig_parted_config: dict[str, Any] | None
+    releases: dict[str, ChartRelease]
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    stack: str
+    stage: str
+    region: str
+    release: dict[str, str]
+    cluster: ClusterPlan | None = None
+    pools: tuple[PoolPlan, ...] = ()
+    baremetal: BaremetalPlan | None = None
+    host_groups: tuple[HostGroupPlan, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain(self)
+
+    def host_group_of(self, group_names: Iterable[str]) -> HostGroupPlan | None:
+        """A host's group: the first of the stack's host groups, in the stack's order, among the host's inventory
+        groups (Ansible's ``group_names``); None when it is in none. Its tuning, MIG layout and node labels all come
+        from this one group."""
+        names = set(group_names)
+        return next((g for g in self.host_groups if g.name in names), None)
+
+    def host_group(self, name: str) -> HostGroupPlan:
+        """The host group ``name``; :class:`ValueError` naming the stack's groups when there is none."""
+        for group in self.host_groups:
+            if group.name == name:
+                return group
+        known = ", ".join(g.name for g in self.host_groups)
+        raise ValueError(f"host group {name!r} is not in stack {self.stack}; its host groups are: {known}")
