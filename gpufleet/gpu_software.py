@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpufleet.labels import DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
-from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG, cluster_strategy, disabled_entries, dump_yaml
+from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG, cluster_strategy, dump_yaml, with_disabled
 
 if TYPE_CHECKING:
     from gpufleet.plan.model import HostGroupPlan, PoolPlan
@@ -127,9 +127,7 @@ def device_plugin_configs(software: GpuSoftware) -> dict[str, str]:
 
 
 def _mig_configmap_data(config: dict[str, Any]) -> dict[str, str]:
-    configs = dict(config.get("mig-configs", {}))
-    configs.setdefault(DISABLED_CONFIG, disabled_entries())
-    return {CONFIGMAP_KEY: dump_yaml({"version": config.get("version", "v1"), "mig-configs": configs})}
+    return {CONFIGMAP_KEY: dump_yaml(with_disabled(config))}
 
 
 def operator_values(software: GpuSoftware) -> dict[str, Any]:

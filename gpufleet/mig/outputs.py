@@ -48,6 +48,14 @@ def disabled_entries() -> list[dict[str, Any]]:
     return [{"devices": "all", "mig-enabled": False}]
 
 
+def with_disabled(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A mig-parted config whose ``mig-configs`` include ``all-disabled`` (added when missing): the layout every
+    host can fall back to, and the GPU Operator MIG manager's default."""
+    configs = dict(config.get("mig-configs") or {})
+    configs.setdefault(DISABLED_CONFIG, disabled_entries())
+    return {"version": config.get("version", "v1"), "mig-configs": configs}
+
+
 def mig_parted_config(layouts: Iterable[NamedLayout]) -> dict[str, Any]:
     """One mig-parted ``v1`` config with a named entry per layout (several GPU models may share a name)."""
     configs: dict[str, list[dict[str, Any]]] = {DISABLED_CONFIG: disabled_entries()}

@@ -4,13 +4,16 @@ values, host groups' node labels); the Pulumi program and the roles only map the
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from typing import Any
 
 from gpufleet.aks import SYSTEM_POOL_TAINT, aks_pool_name
 from gpufleet.catalog import Catalog, Gpu, VmSize
 from gpufleet.gpu_software import (
     CHART_PINS,
     DEFAULT_DEVICE_PLUGIN_CONFIG,
+    ChartRelease,
     chart_release,
     cluster_chart,
     for_aks,
@@ -234,18 +237,33 @@ def host_group_plan(stack: Stack, group: HostGroup, catalog: Catalog) -> HostGro
     )
 
 
+def baremetal_releases(
+    pins: Mapping[str, str],
+    host_groups: Sequence[HostGroupPlan],
+    mig_config: dict[str, Any] | None,
+    *,
+    driver_preinstalled: bool = True,
+    toolkit_preinstalled: bool = True,
+) -> dict[str, ChartRelease]:
+    """The release of each chart ``ansible/playbooks/kubernetes.yml`` can install on a bare-metal cluster, from the
+    charts' own repositories, each in the namespace named as the chart (the roles' defaults); driver and toolkit
+    come from the host roles unless a flag says otherwise."""
+    software = for_baremetal(
+        host_groups, mig_config, driver_preinstalled=driver_preinstalled, toolkit_preinstalled=toolkit_preinstalled
+    )
+    return {chart: chart_release(chart, pins, GpuSoftware(), software, None) for chart in CHART_PINS}
+
+
 def baremetal_plan(stack: Stack, host_groups: tuple[HostGroupPlan, ...], layouts: list[NamedLayout]) -> BaremetalPlan:
     """The bare-metal side of a stack (``layouts``: its host groups' MIG layouts)."""
     bm = stack.baremetal
     assert bm is not None
     mig_config = mig_parted_config(layouts) if layouts else None
-    software = for_baremetal(host_groups, mig_config)
-    pins = stack.release.model_dump()
     return BaremetalPlan(
         inventory=bm.inventory,
         rollout=bm.rollout,
         mig_parted_config=mig_config,
-        releases={chart: chart_release(chart, pins, GpuSoftware(), software, None) for chart in CHART_PINS},
+        releases=baremetal_releases(stack.release.model_dump(), host_groups, mig_config),
     )
 
 

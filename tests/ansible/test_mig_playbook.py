@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.catalog import load_catalog
-from gpufleet.plan import plan_stack
-from gpufleet.spec import load_stack
+from gpufleet.plan import hosts
 from tests.ansible_playbook import ansible_env, ansible_playbook
 from tests.conftest import FIXTURES, REPO
 from tests.lab.standins import FAKE_NVIDIA, fake_gpu_state
@@ -34,11 +33,6 @@ all:
     hgx_whole: {hosts: {whole-1: {}}}
     cpu: {hosts: {cpu-1: {}}}
 """
-
-
-@pytest.fixture(scope="module")
-def stack() -> dict:
-    return load_stack(STACK).stack.model_dump(mode="json")
 
 
 def stack_with_rollout(tmp_path: Path, serial: int, max_fail_percentage: int) -> Path:
@@ -77,34 +71,25 @@ def recap_hosts(output: str) -> set[str]:
     return {line.split()[0] for line in recap.splitlines()[1:] if " : ok=" in line}
 
 
-# -- the filters --------------------------------------------------------------------------------------------------
+# -- the filter ---------------------------------------------------------------------------------------------------
 
 
-def test_only_groups_with_a_mig_layout_take_part(stack: dict):
-    assert filters.gpufleet_mig_hosts(stack) == "hgx_mig:hgx_small"
-    assert filters.gpufleet_mig_hosts(stack, "mig-1") == "hgx_mig:hgx_small:&mig-1"
-    lab = load_stack(REPO / "Pulumi.lab-local.yaml").stack.model_dump(mode="json")
-    assert filters.gpufleet_mig_hosts(lab) == "!all"  # no host at all, rather than every host
+def test_only_groups_with_a_mig_layout_take_part():
+    groups = hosts.stack_view(hosts.plan_file(STACK))["mig_host_groups"]
+    assert filters.gpufleet_mig_hosts(groups) == "hgx_mig:hgx_small"
+    assert filters.gpufleet_mig_hosts(groups, "mig-1") == "hgx_mig:hgx_small:&mig-1"
+    assert filters.gpufleet_mig_hosts([]) == "!all"  # no host at all, rather than every host (the lab's stack)
 
 
-def test_a_host_gets_the_layout_of_its_group(stack: dict):
-    assert filters.gpufleet_host_mig_layout(stack, ["hgx_mig"]) == "h100-half-3g"
-    assert filters.gpufleet_host_mig_layout(stack, ["all", "hgx_small"]) == "h100-7x1g"
-    assert filters.gpufleet_host_mig_layout(stack, ["hgx_whole"]) == ""
-    # a host in two MIG groups gets the first in the stack's order
-    assert filters.gpufleet_host_mig_layout(stack, ["hgx_small", "hgx_mig"]) == "h100-half-3g"
-
-
-def test_the_mig_parted_config_is_the_plans(stack: dict):
-    plan = plan_stack(load_stack(STACK).stack, load_catalog())
-    config = filters.gpufleet_mig_parted_config(stack)
-    assert config == plan.baremetal.mig_parted_config
-    assert set(config["mig-configs"]) == {"all-disabled", "h100-half-3g", "h100-7x1g"}
-    lab = load_stack(REPO / "Pulumi.lab-local.yaml").stack.model_dump(mode="json")
-    assert filters.gpufleet_mig_parted_config(lab) == {
-        "version": "v1",
-        "mig-configs": {"all-disabled": [{"devices": "all", "mig-enabled": False}]},
-    }
+def test_the_role_sees_every_layout_of_its_config_and_all_disabled():
+    off = [{"devices": "all", "mig-enabled": False}]
+    config = hosts.stack_view(hosts.plan_file(STACK))["mig_parted_config"]
+    assert list(filters.gpufleet_mig_configs(config)) == ["all-disabled", "h100-half-3g", "h100-7x1g"]
+    custom = {"version": "v1", "mig-configs": {"half": [{"devices": [0], "mig-enabled": True}]}}
+    assert filters.gpufleet_mig_configs(custom) == {"half": custom["mig-configs"]["half"], "all-disabled": off}
+    mine = {"version": "v1", "mig-configs": {"all-disabled": [{"devices": [0, 1], "mig-enabled": False}]}}
+    assert filters.gpufleet_mig_configs(mine) == mine["mig-configs"]  # a config's own all-disabled is kept
+    assert filters.gpufleet_mig_configs({}) == {"all-disabled": off}
 
 
 # -- the play -----------------------------------------------------------------------------------------------------

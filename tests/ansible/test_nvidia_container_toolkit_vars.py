@@ -28,7 +28,7 @@ PLAYBOOK = """
         - "{{ role }}/vars/Debian.yml"
     - name: The stack's release
       ansible.builtin.set_fact:
-        nvidia_container_toolkit_version: "{{ lookup('gpufleet_stack', stack).release.container_toolkit }}"
+        nvidia_container_toolkit_version: "{{ lookup('gpufleet_plan', stack).release.container_toolkit }}"
       when: stack | length > 0
     - name: Render the apt source
       ansible.builtin.template:
@@ -68,11 +68,11 @@ def test_every_variable_has_one_default_declared_in_argument_specs_and_the_readm
         assert spec.get("default") == defaults[name], name
 
 
-@pytest.mark.parametrize("stack", ["dev-westeurope", "prod-eastus"])
+@pytest.mark.parametrize("stack", ["Pulumi.lab-local.yaml", "tests/fixtures/gpu-software/Pulumi.prod-onprem.yaml"])
 def test_the_stacks_release_pins_all_four_packages(tmp_path, stack):
-    release = yaml.safe_load((REPO / f"Pulumi.{stack}.yaml").read_text())["config"]["gpufleet:release"]
+    release = yaml.safe_load((REPO / stack).read_text())["config"]["gpufleet:release"]
     assert release["container_toolkit"] == "v1.20.0"
-    pinned, _ = render(tmp_path, stack=str(REPO / f"Pulumi.{stack}.yaml"))  # the gpufleet_stack lookup, as site.yml
+    pinned, _ = render(tmp_path, stack=str(REPO / stack))  # the gpufleet_plan lookup, as kubernetes.yml
     assert pinned == {
         "version": "1.20.0-1",
         "apt": [

@@ -1,4 +1,5 @@
-"""The controller-side filters the roles use: RHEL's grubby commands, host profiles, CPU lists."""
+"""The controller-side filters the roles use: RHEL's grubby commands, CPU lists, topology plans (a host's profile
+from its group: tests/unit/test_plan_hosts.py)."""
 
 from __future__ import annotations
 
@@ -36,21 +37,6 @@ def test_grubby_deduplicates_wanted_arguments():
     assert filters.gpufleet_grubby_commands('args="ro"', ["a=1", "a=1"], []) == [
         ["grubby", "--update-kernel=ALL", "--args=a=1"]
     ]
-
-
-def test_host_profile_is_the_profile_of_the_hosts_group():
-    from gpufleet.spec import load_stack
-
-    stack = load_stack(REPO / "Pulumi.lab-local.yaml").stack.model_dump(mode="json")
-    stack["tuning_profiles"]["train"] = {"cores_per_gpu": 6}
-    stack["baremetal"]["host_groups"].insert(0, {"name": "dgx", "tuning_profile": "train"})
-    assert filters.gpufleet_host_profile(stack, ["all", "dgx"])["cores_per_gpu"] == {"min": 6, "max": 6}
-    assert filters.gpufleet_host_profile(stack, ["lab", "dgx"])["cores_per_gpu"] == {"min": 6, "max": 6}  # first
-    assert filters.gpufleet_host_profile(stack, ["lab"])["reserved_cores"] == 2
-    assert filters.gpufleet_host_profile(stack, ["other"])["cores_per_gpu"] == {"min": 4, "max": 16}  # the default
-    stack["baremetal"]["host_groups"][0]["tuning_profile"] = "missing"
-    with pytest.raises(Exception, match=r"(?s)gpufleet_host_profile: invalid stack:.*unknown tuning profile 'missing'"):
-        filters.gpufleet_host_profile(stack, ["dgx"])
 
 
 @pytest.mark.parametrize(("text", "cpus"), [("0,2", [0, 2]), ("0 2", [0, 2]), ("0-3\n", [0, 1, 2, 3]), ("", [])])

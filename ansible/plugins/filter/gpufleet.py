@@ -82,19 +82,6 @@ def gpufleet_topology_plan(facts: dict[str, Any], profile: dict[str, Any] | None
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def gpufleet_host_profile(stack: dict[str, Any], group_names: list[str]) -> dict[str, Any]:
-    """The tuning profile of the host's group (``StackPlan.host_group_of``); the default profile when the host is in
-    none of the stack's host groups."""
-    from gpufleet.plan.hosts import plan_spec
-    from gpufleet.spec.models import TuningProfile
-
-    try:
-        group = plan_spec(plain_data(stack)).host_group_of(plain_data(group_names))
-    except ValueError as exc:
-        raise AnsibleFilterError(f"gpufleet_host_profile: {exc}") from exc
-    return (group.tuning if group is not None else TuningProfile()).model_dump(mode="json")
-
-
 def gpufleet_grubby_commands(info: str, add: list[str], remove: list[str]) -> list[list[str]]:
     """The grubby commands (RHEL) that make the default kernel's arguments contain ``add`` and none of ``remove``,
     from ``grubby --info=DEFAULT``; empty when nothing needs to change."""
@@ -139,7 +126,6 @@ class FilterModule:
             "gpufleet_topology_plan": gpufleet_topology_plan,
             "gpufleet_kernel_modules_unsupported": gpufleet_kernel_modules_unsupported,
             "gpufleet_nvidia_driver_plan": gpufleet_nvidia_driver_plan,
-            "gpufleet_host_profile": gpufleet_host_profile,
             "gpufleet_grubby_commands": gpufleet_grubby_commands,
             "gpufleet_cpulist": gpufleet_cpulist,
             "gpufleet_cpus": gpufleet_cpus,
