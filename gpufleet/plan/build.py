@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal
 
 from gpufleet.aks import SYSTEM_POOL_TAINT, aks_pool_name
 from gpufleet.catalog import Catalog, Gpu, VmSize
@@ -74,27 +74,34 @@ def sharing_plan(pool: GpuPool) -> SharingPlan:
     return SharingPlan(mode=mode, replicas=pool.sharing.replicas, config_name=f"{pool.name}-{mode}")
 
 
+def mig_plan(
+    managed_by: Literal["aks", "operator", "host"],
+    layout: MigLayout,
+    gpus: int,
+    *,
+    config_name: str | None = None,
+    gpu_instance_profile: str | None = None,
+) -> MigPlan:
+    """The MIG plan of ``layout`` on a node of ``gpus`` GPUs: its instances, strategy and resources."""
+    node = node_mig(layout, gpus)
+    return MigPlan(
+        managed_by=managed_by,
+        config_name=config_name,
+        gpu_instance_profile=gpu_instance_profile,
+        instances_per_node=node.instances,
+        strategy=node.strategy,
+        resources=node.resources,
+    )
+
+
 def pool_mig(pool: GpuPool, gpu: Gpu, gpus: int) -> MigPlan | None:
     """A pool's MIG layout and the instances it gives each node."""
     if isinstance(pool.mig, AksManagedMig):
         per_gpu = aks_instances(gpu, pool.mig.profile, 1)
-        node = node_mig(MigLayout(config_name="aks", devices=[MigDeviceGroup(profiles=per_gpu)]), gpus)
-        return MigPlan(
-            managed_by="aks",
-            gpu_instance_profile=pool.mig.profile,
-            instances_per_node=node.instances,
-            strategy=node.strategy,
-            resources=node.resources,
-        )
+        layout = MigLayout(config_name="aks", devices=[MigDeviceGroup(profiles=per_gpu)])
+        return mig_plan("aks", layout, gpus, gpu_instance_profile=pool.mig.profile)
     if isinstance(pool.mig, OperatorManagedMig):
-        node = node_mig(pool.mig, gpus)
-        return MigPlan(
-            managed_by="operator",
-            config_name=pool.mig.config_name,
-            instances_per_node=node.instances,
-            strategy=node.strategy,
-            resources=node.resources,
-        )
+        return mig_plan("operator", pool.mig, gpus, config_name=pool.mig.config_name)
     return None
 
 
@@ -206,14 +213,7 @@ def host_group_plan(stack: Stack, group: HostGroup, catalog: Catalog) -> HostGro
     assert profile is not None, "plan_stack needs a validated stack"
     mig = None
     if group.mig is not None and group.gpus_per_host:
-        node = node_mig(group.mig, group.gpus_per_host)
-        mig = MigPlan(
-            managed_by="host",
-            config_name=group.mig.config_name,
-            instances_per_node=node.instances,
-            strategy=node.strategy,
-            resources=node.resources,
-        )
+        mig = mig_plan("host", group.mig, group.gpus_per_host, config_name=group.mig.config_name)
     elif group.mig is not None:
         mig = MigPlan(managed_by="host", config_name=group.mig.config_name)
     labels: dict[str, dict[str, str]] = {chart: {} for chart in CHART_PINS}
