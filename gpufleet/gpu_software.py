@@ -324,17 +324,12 @@ def chart_release(
     """The release of ``chart`` at the stack's pinned version (``pins``: ``gpufleet:release``), with the values of
     ``software``, from the repository of ``settings`` (a stack's ``aks.gpu_software``, or its defaults), in
     ``namespace`` (default: the chart's name)."""
-    version = chart_version(chart, pins)
-    if _chart(chart) == GPU_OPERATOR_CHART:
-        return ChartRelease(
-            chart=chart,
-            version=version,
-            repository=settings.gpu_operator_repository,
-            namespace=namespace or chart,
-            values=operator_values(software),
-            namespace_labels=dict(PRIVILEGED_NAMESPACE_LABELS),
-        )
-    values, repository = device_plugin_values(software), settings.device_plugin_repository
+    operator = _chart(chart) == GPU_OPERATOR_CHART
     return ChartRelease(
-        chart=chart, version=version, repository=repository, namespace=namespace or chart, values=values
+        chart=chart,
+        version=chart_version(chart, pins),
+        repository=settings.gpu_operator_repository if operator else settings.device_plugin_repository,
+        namespace=namespace or chart,
+        values=operator_values(software) if operator else device_plugin_values(software),
+        namespace_labels=dict(PRIVILEGED_NAMESPACE_LABELS) if operator else None,
     )

@@ -16,7 +16,6 @@ from pulumi_azure_native import containerservice as cs
 from pulumi_azure_native import network, resources
 
 from gpufleet.plan import ClusterPlan, PoolPlan
-from gpufleet.spec.models import Network
 
 
 @dataclass(frozen=True)
@@ -115,7 +114,7 @@ class RegionalGpuCluster(pulumi.ComponentResource):
         self.register_outputs({"cluster_id": self.cluster.id, "node_resource_group": self.cluster.node_resource_group})
 
     def _subnet(self, name: str, plan: ClusterPlan, child: pulumi.ResourceOptions) -> pulumi.Output[str]:
-        net: Network = plan.network
+        net = plan.network
         if net.existing_subnet_id:
             return pulumi.Output.from_input(net.existing_subnet_id)
         assert net.vnet_cidr is not None and net.subnet_cidr is not None

@@ -105,13 +105,15 @@ def pool_mig(pool: GpuPool, gpu: Gpu, gpus: int) -> MigPlan | None:
     return None
 
 
-def pool_labels(pool: GpuPool, gpu: Gpu, chart: str, *, operator_driver_in_cluster: bool) -> dict[str, str]:
+def pool_labels(
+    pool: GpuPool, gpu: Gpu, chart: str, sharing: SharingPlan, *, operator_driver_in_cluster: bool
+) -> dict[str, str]:
     """The node labels a pool carries: the stack's own, gpufleet's pool and model labels, the labels ``chart``'s
     software reads (:func:`gpufleet.gpu_software.software_labels`), the operator's driver opt-out for AKS-driver
     pools in a cluster where other pools leave the driver to the operator, and AKS's spot label."""
     mig_config = pool.mig.config_name if isinstance(pool.mig, OperatorManagedMig) else None
     labels = {POOL_LABEL: pool.name, GPU_MODEL_LABEL: gpu.name, **pool.labels}
-    labels |= software_labels(chart, mig_config=mig_config, device_plugin_config=sharing_plan(pool).config_name)
+    labels |= software_labels(chart, mig_config=mig_config, device_plugin_config=sharing.config_name)
     if operator_driver_in_cluster and pool.driver == "aks":
         labels[DEPLOY_DRIVER_LABEL] = "false"
     if pool.spot is not None:
@@ -131,6 +133,7 @@ def pool_plan(stack: Stack, pool: GpuPool, size: VmSize, gpu: Gpu, chart: str, *
         max=autoscaling.max if autoscaling else pool.count,
     )
     whole = size.gpu_count.denominator == 1
+    sharing = sharing_plan(pool)
     return PoolPlan(
         name=pool.name,
         aks_name=aks_pool_name(pool),
@@ -154,12 +157,11 @@ def pool_plan(stack: Stack, pool: GpuPool, size: VmSize, gpu: Gpu, chart: str, *
         driver=pool.driver,
         aks_gpu_driver=pool.aks_gpu_driver,
         taints=(*pool.taints, *([AKS_SPOT_TAINT] if pool.spot else [])),
-        labels=pool_labels(pool, gpu, chart, operator_driver_in_cluster=operator_driver),
+        labels=pool_labels(pool, gpu, chart, sharing, operator_driver_in_cluster=operator_driver),
         mig=pool_mig(pool, gpu, gpus),
-        sharing=sharing_plan(pool),
+        sharing=sharing,
         upgrade=pool.effective_upgrade,
         tuning=pool.tuning,
-        kubelet_config=pool.tuning.cpu_manager_policy != "none" or pool.tuning.topology_manager_policy != "none",
         gpus_total={k: _number(size.gpu_count * getattr(nodes, k)) for k in ("count", "min", "max")},
         tags={"gpufleet-pool": pool.name, "managed-by": "gpufleet"},
     )

@@ -118,9 +118,13 @@ class PoolPlan:
     sharing: SharingPlan
     upgrade: Upgrade = field(metadata=OMIT_NONE)
     tuning: PoolTuning
-    kubelet_config: bool  # AKS kubeletConfig: a CPU or topology manager policy is set
     gpus_total: dict[str, int | float]
     tags: dict[str, str]
+
+    @property
+    def kubelet_config(self) -> bool:
+        """AKS gets a kubeletConfig: a CPU or topology manager policy is set."""
+        return self.tuning.cpu_manager_policy != "none" or self.tuning.topology_manager_policy != "none"
 
 
 @dataclass(frozen=True)
