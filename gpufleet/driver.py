@@ -17,8 +17,9 @@ Sources:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 Source = Literal["ubuntu", "cuda", "debian"]
@@ -93,6 +94,8 @@ class DriverPlan:
     # (nvidia-current.ko for the proprietary one) and load it through `install nvidia ...` lines of modprobe.d, so
     # `modinfo nvidia` finds nothing there; the loaded module is still called nvidia (/sys/module/nvidia)
     kernel_module: str = "nvidia"
+    # The modprobe.d file that blacklists nouveau (written before the packages, so their initramfs carries it)
+    nouveau_blacklist: str = "/etc/modprobe.d/gpufleet-blacklist-nouveau.conf"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -291,3 +294,114 @@ def _cuda_plan(platform: Platform, common: dict[str, Any], nvswitches: int, repo
         fabric_manager=("nvidia-fabricmanager" if unversioned else f"nvidia-fabricmanager-{branch}") * bool(nvswitches),
         hold_patterns=["*nvidia*", "libnvidia-*", "cuda-drivers*"],
     )
+
+
+# -- is a host's driver the planned one --------------------------------------------------------------------------
+
+# The kernel modules' licenses as modinfo prints them
+MODULE_LICENSES = {"open": "Dual MIT/GPL", "proprietary": "NVIDIA"}
+# "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (...)" (open modules) or
+# "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Thu Sep 25 ..." (proprietary modules)
+NVRM_VERSION = re.compile(
+    r"NVRM version: NVIDIA UNIX (?:(?P<open>Open) Kernel Module for \S+|\S+ Kernel Module)\s+(?P<version>\d+(?:\.\d+)+)"
+)
+
+
+@dataclass(frozen=True)
+class DriverState:
+    """A host's driver as :func:`gpufleet.driverstate.read_driver_state` read it (each field is described there)."""
+
+    kernel: str
+    module: str
+    module_version: str = ""
+    module_license: str = ""
+    module_error: str = ""
+    proc_version: str = ""
+    nouveau_loaded: bool = False
+    nouveau_blacklisted: bool = False
+    initramfs_blacklist: bool = False
+    persistenced_enabled: str = ""
+    persistenced_failed: bool = False
+    persistenced_condition: bool = False
+    held: bool = False
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DriverState:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _installed_problems(state: DriverState, branch: str, modules: str) -> list[str]:
+    """The module installed for the running kernel (what the next boot loads)."""
+    where = f"the {state.module} module for kernel {state.kernel}"
+    if not state.module_version:
+        return [f"{where} is not installed (modinfo: {state.module_error or 'no version'})"]
+    problems = []
+    if branch and state.module_version.split(".")[0] != branch:
+        problems.append(f"{where} is {state.module_version}; the release pins branch {branch}")
+    expected = MODULE_LICENSES[modules]
+    if state.module_license != expected:
+        kind = next((k for k, v in MODULE_LICENSES.items() if v == state.module_license), "unknown")
+        problems.append(f"{where} is licensed {state.module_license!r} ({kind}); {modules} modules are {expected!r}")
+    return problems
+
+
+def _loaded_problems(state: DriverState, branch: str, modules: str, must_be_loaded: bool) -> list[str]:
+    """The loaded driver: its NVRM line, and that it is the installed module (else a reboot is pending)."""
+    text = state.proc_version.strip()
+    if not text:
+        return ["no NVIDIA driver is loaded (/proc/driver/nvidia/version is missing)"] if must_be_loaded else []
+    m = NVRM_VERSION.search(text)
+    if not m:
+        return [f"/proc/driver/nvidia/version says {text!r}, not an NVRM version line"]
+    problems = []
+    version, loaded = m["version"], "open" if m["open"] else "proprietary"
+    if branch and version.split(".")[0] != branch:
+        problems.append(f"driver {version} is loaded; the release pins branch {branch}")
+    if loaded != modules:
+        problems.append(f"the loaded driver {version} uses the {loaded} kernel modules; expected {modules}")
+    if state.module_version and version != state.module_version:
+        problems.append(
+            f"driver {version} is loaded but {state.module_version} is installed for kernel {state.kernel}: "
+            "reboot (or reload the nvidia modules) to run it"
+        )
+    return problems
+
+
+def _host_problems(state: DriverState, hold: bool) -> list[str]:
+    """nouveau kept away, nvidia-persistenced as the role sets it up, the packages held."""
+    checks = [
+        (not state.nouveau_loaded, "nouveau is loaded: the NVIDIA driver cannot own the GPUs"),
+        (state.nouveau_blacklisted, "modprobe's configuration does not blacklist nouveau"),
+        (state.initramfs_blacklist, f"the initramfs of kernel {state.kernel} lacks the nouveau blacklist"),
+        (
+            state.persistenced_enabled == "enabled",
+            f"nvidia-persistenced.service is {state.persistenced_enabled or 'missing'}, not enabled",
+        ),
+        (not state.persistenced_failed, "nvidia-persistenced.service failed"),
+        (
+            state.persistenced_condition,
+            "nvidia-persistenced.service lacks ConditionPathExists=/dev/nvidiactl (it fails where no driver loads)",
+        ),
+        (state.held or not hold, "the driver's packages are not held: an upgrade could replace the driver"),
+    ]
+    return [message for ok, message in checks if not ok]
+
+
+def driver_problems(
+    state: DriverState, *, branch: str, kernel_modules: str = "open", hold: bool = True, must_be_loaded: bool = True
+) -> list[str]:
+    """How a host's driver differs from its plan: the module installed for the running kernel is the release's
+    ``branch`` with the ``kernel_modules`` asked for; the loaded driver (required when ``must_be_loaded``: the host
+    has NVIDIA GPUs) is that one; nouveau is blacklisted (also in the initramfs) and not loaded; nvidia-persistenced
+    is enabled, not failed, and starts only with the driver; the packages are held when ``hold``. Empty when it
+    matches. The one judgement of a driver: the ``nvidia_driver`` role's verify tasks, ``verify.yml`` (which runs
+    them) and ``gpufleet lab verify`` all call this."""
+    if kernel_modules not in MODULE_LICENSES:
+        return [f"nvidia_driver_kernel_modules is {kernel_modules!r}; expected one of {', '.join(MODULE_LICENSES)}"]
+    branch = str(branch or "")
+    return [
+        *_installed_problems(state, branch, kernel_modules),
+        *_loaded_problems(state, branch, kernel_modules, must_be_loaded),
+        *_host_problems(state, hold),
+    ]

@@ -216,8 +216,9 @@ def lab_run(
 
 @lab_app.command("verify")
 def lab_verify(as_json: JsonOpt = False, root: RootOpt = None) -> None:
-    """Each lab host's real state against its plan: NUMA nodes, /proc/cmdline, hugepages, VFs, kubelet pinning.
-    Exit 1 when a host differs from its plan."""
+    """Each lab host's real state against its plan: NUMA nodes, /proc/cmdline, hugepages, VFs, kubelet pinning,
+    and on hosts with NVIDIA GPUs the driver (judged as the nvidia_driver role's verify tasks judge it). Exit 1 when
+    a host differs from its plan."""
     from gpufleet.lab.report import lab_report
 
     project = project_root(root)

@@ -1,9 +1,11 @@
-"""`gpufleet lab verify`: each lab host's real state, read over SSH, against its topology plan."""
+"""`gpufleet lab verify`: each lab host's real state, read over SSH, against its topology plan and, on hosts with
+NVIDIA GPUs, its driver plan."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from gpufleet.lab import ssh
 from gpufleet.yamldoc import read_yaml
 
 HOSTFACTS = Path(__file__).resolve().parents[1] / "hostfacts.py"
+DRIVERSTATE = Path(__file__).resolve().parents[1] / "driverstate.py"
 KUBELET_DROPIN = "/etc/kubernetes/kubelet.conf.d/60-gpufleet-numa.conf"
 
 
@@ -79,18 +82,45 @@ class HostReport:
         return "\n".join(lines)
 
 
-def _remote_facts(key: Path, port: int) -> dict[str, Any]:
-    """The host's topology facts: gpufleet/hostfacts.py run by the host's own python3 (as the Ansible module does)."""
-    script = HOSTFACTS.read_text() + "\nimport json as _j\nprint(_j.dumps(read_host('/')))\n"
+def _remote_python(key: Path, port: int, script: str) -> str:
+    """What a Python script printed, run by the host's own python3 over SSH (as Ansible runs its modules)."""
     done = subprocess.run(
         ssh.command(key, port, "python3 -"), input=script, capture_output=True, text=True, timeout=120
     )
     if done.returncode:
-        raise RuntimeError(f"reading facts over SSH: {done.stderr.strip()}")
-    return json.loads(done.stdout)
+        raise RuntimeError(f"running Python over SSH: {done.stderr.strip()}")
+    return done.stdout
 
 
-def host_report(name: str, port: int, key: Path, profile: Any) -> HostReport:
+def _remote_facts(key: Path, port: int) -> dict[str, Any]:
+    """The host's topology facts: gpufleet/hostfacts.py run by the host's own python3 (as the Ansible module does)."""
+    script = HOSTFACTS.read_text() + "\nimport json as _j\nprint(_j.dumps(read_host('/')))\n"
+    return json.loads(_remote_python(key, port, script))
+
+
+def driver_mismatches(run_python: Callable[[str], str], branch: str, root: str = "/") -> list[str]:
+    """How a host's NVIDIA driver differs from the plan of the release's ``branch`` (open modules, the source the
+    nvidia_driver role chooses for the host's distribution): gpufleet/driverstate.py read on the host through
+    ``run_python`` (a script in, its output back), judged by gpufleet.driver.driver_problems, as the role's verify
+    tasks judge it."""
+    from gpufleet.driver import DriverPlanError, DriverState, Platform, driver_problems, plan_driver
+
+    source = DRIVERSTATE.read_text()
+    facts = json.loads(run_python(source + f"\nimport json as _j\nprint(_j.dumps(read_platform({root!r})))\n"))
+    platform = Platform(
+        facts["distribution"], facts["os_family"], facts["distribution_major_version"],
+        facts["distribution_release"], facts["kernel"],
+    )  # fmt: skip
+    try:
+        plan = plan_driver(platform, branch=branch)
+    except DriverPlanError as exc:
+        return [f"NVIDIA driver: {exc}"]
+    args = (platform.kernel, plan.kernel_module, plan.nouveau_blacklist, plan.version_package, root)
+    state = json.loads(run_python(source + f"\nimport json as _j\nprint(_j.dumps(read_driver_state(*{args!r})))\n"))
+    return [f"NVIDIA driver: {p}" for p in driver_problems(DriverState.from_dict(state), branch=branch)]
+
+
+def host_report(name: str, port: int, key: Path, profile: Any, driver_branch: str) -> HostReport:
     from gpufleet.catalog import load_catalog
     from gpufleet.topology import plan
 
@@ -121,6 +151,8 @@ def host_report(name: str, port: int, key: Path, profile: Any) -> HostReport:
         have = devices.get(want["pci"], {}).get("sriov_numvfs", 0)
         if have != want["numvfs"]:
             report.mismatches.append(f"{want['pci']}: {have} VFs, plan {want['numvfs']}")
+    if any(gpu["vendor"] == "10de" for gpu in report.facts["gpus"]):
+        report.mismatches += driver_mismatches(lambda script: _remote_python(key, port, script), driver_branch)
     dropin = ssh.run(key, port, f"cat {KUBELET_DROPIN}", timeout=60)
     if dropin.returncode:
         report.mismatches.append(f"{KUBELET_DROPIN} is missing")
@@ -148,5 +180,6 @@ def lab_report(inventory: Path, stack_name: str, project: Path) -> list[HostRepo
         hosts = (doc["all"]["children"].get(group.name) or {}).get("hosts") or {}
         profile = stack.tuning_profile(group.tuning_profile)
         for name, host in hosts.items():
-            reports.append(host_report(name, host["ansible_port"], Path(host["ansible_ssh_private_key_file"]), profile))
+            key = Path(host["ansible_ssh_private_key_file"])
+            reports.append(host_report(name, host["ansible_port"], key, profile, stack.release.driver_branch))
     return reports

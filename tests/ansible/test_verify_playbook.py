@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.ansible_playbook import ansible_env, ansible_playbook
+from tests.driver_standins import DriverHost, nvrm_line
 
 PLAYBOOKS = ("ansible/playbooks/verify.yml", "ansible/playbooks/mig.yml")
 NODE0_2M = Path("/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages")
-OPEN_580 = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U22)\n"
 KUBELET = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicy: static\n"
 DCGM_PASS = """\
 +---------------------------+------------------------------------------------+
@@ -57,15 +57,15 @@ def met_plan(tmp_path: Path, **changes) -> dict:
 
 def nvidia_tools(
     tmp_path: Path,
+    driver: DriverHost | None = None,
     *,
-    version: str = OPEN_580,
-    license: str = "Dual MIT/GPL",
-    module: str = "nvidia",
     persistence: str = "0, Enabled\n1, Enabled\n",
     dcgm: str = DCGM_PASS,
     dcgm_rc: int = 0,
 ) -> dict:
-    """Stand-ins for the NVIDIA tools on PATH (tmp_path/bin) and the driver's version file; the vars that use them."""
+    """Stand-ins for the NVIDIA tools on PATH (tmp_path/bin): nvidia-smi, dcgmi, and what the nvidia_driver role's
+    verify tasks read (``driver``: by default the driver of branch 580 as planned, tests/driver_standins.py, below
+    the host root tmp_path/root); the vars that use them."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     outputs = {"nvidia-smi": (persistence, 0), "dcgmi": (dcgm, dcgm_rc)}
@@ -73,15 +73,12 @@ def nvidia_tools(
         (tmp_path / f"{tool}.out").write_text(text)
         (bin_dir / tool).write_text(f"#!/bin/sh\ncat '{tmp_path / f'{tool}.out'}'\nexit {rc}\n")
         (bin_dir / tool).chmod(0o755)
-    # modinfo knows one module, by its file's name, and answers for any other as kmod's modinfo does
-    (bin_dir / "modinfo").write_text(
-        "#!/bin/sh\n"
-        f'for last; do :; done; if [ "$last" = "{module}" ]; then echo "{license}"; exit 0; fi\n'
-        'echo "modinfo: ERROR: Module $last not found." >&2; exit 1\n'
-    )
-    (bin_dir / "modinfo").chmod(0o755)
-    (tmp_path / "version").write_text(version)
-    return {"nvidia_driver_branch": "580", "gpufleet_verify_driver_version_file": str(tmp_path / "version")}
+    (driver or DriverHost()).install(bin_dir, tmp_path / "root")
+    return {
+        "nvidia_driver_branch": "580",
+        "nvidia_driver_host_root": str(tmp_path / "root"),
+        "nvidia_driver_secure_boot": False,
+    }
 
 
 def run_verify(tmp_path: Path, extra: dict, inventory: str = "localhost,", nvidia: bool = False, *args: str):
@@ -134,21 +131,21 @@ def test_host_in_its_planned_state_passes_every_check(tmp_path: Path):
 
 
 @pytest.mark.parametrize(
-    ("module", "driver"), [("nvidia-current-open", "ok"), ("nvidia-current", "FAIL"), ("", "FAIL")]
+    ("installed", "driver"), [("nvidia-current-open", "ok"), ("nvidia-current", "FAIL"), ("nvidia", "FAIL")]
 )
-def test_debians_renamed_modules_are_read_and_a_missing_module_fails(tmp_path: Path, module: str, driver: str):
-    """Debian's packages install nvidia-current-open.ko (open) or nvidia-current.ko (proprietary, licensed NVIDIA
-    here); with no module at all, modinfo's own error is the reason."""
-    tools = nvidia_tools(tmp_path, module=module, license="NVIDIA" if module == "nvidia-current" else "Dual MIT/GPL")
+def test_debians_renamed_module_is_the_planned_one(tmp_path: Path, installed: str, driver: str):
+    """With Debian's own packages (branch 535, open modules) the plan names the module nvidia-current-open (Debian
+    renames nvidia.ko): that one is read; another module (proprietary nvidia-current, CUDA's nvidia) is not it."""
+    host = DriverHost(module=installed, version="535.247.01", held=("nvidia-open-kernel-dkms",))
+    tools = nvidia_tools(tmp_path, host) | {"nvidia_driver_branch": "535", "nvidia_driver_source": "debian"}
     proc = run_verify(tmp_path, met_plan(tmp_path) | tools, nvidia=True)
     assert proc.returncode == (0 if driver == "ok" else 2), proc.stdout[-4000:]
     lines = table(proc.stdout)
     assert row(lines, "localhost")["driver"] == driver
-    failures = "\n".join(lines[lines.index("failures:") + 1 :]) if driver == "FAIL" else ""
-    if module == "nvidia-current":
-        assert "the installed nvidia module is licensed 'NVIDIA' (proprietary)" in failures
-    if module == "":
-        assert "modinfo nvidia: modinfo: ERROR: Module nvidia not found." in failures
+    if driver == "FAIL":
+        failures = "\n".join(lines[lines.index("failures:") + 1 :])
+        assert "the nvidia-current-open module for kernel " in failures
+        assert "is not installed (modinfo: modinfo: ERROR: Module nvidia-current-open not found.)" in failures
 
 
 def test_a_changed_hugepage_count_fails_the_run_with_the_table(tmp_path: Path):
@@ -173,10 +170,7 @@ def test_a_changed_hugepage_count_fails_the_run_with_the_table(tmp_path: Path):
 def test_every_failing_check_is_reported_with_its_reason(tmp_path: Path):
     extra = met_plan(tmp_path, kernel_args=["gpufleet.never=1"]) | nvidia_tools(
         tmp_path,
-        version=OPEN_580.replace("580.95.05", "570.86.15").replace(
-            "Open Kernel Module for x86_64", "x86_64 Kernel Module"
-        ),
-        license="NVIDIA",
+        DriverHost(version="570.86.15", license="NVIDIA", loaded=nvrm_line("570.86.15", open_modules=False)),
         persistence="0, Enabled\n1, Disabled\n",
         dcgm=DCGM_FAIL,
         dcgm_rc=226,
@@ -194,9 +188,12 @@ def test_every_failing_check_is_reported_with_its_reason(tmp_path: Path):
     ]
     failures = "\n".join(lines[lines.index("failures:") + 1 :])
     assert "cmdline: /proc/cmdline is" in failures and "missing ['gpufleet.never=1']" in failures
-    assert "driver: driver 570.86.15 is loaded; the release pins branch 580" in failures
+    assert (
+        "driver: the nvidia module for kernel " in failures and "is 570.86.15; the release pins branch 580" in failures
+    )
+    assert "driver 570.86.15 is loaded; the release pins branch 580" in failures
     assert "the loaded driver 570.86.15 uses the proprietary kernel modules; expected open" in failures
-    assert "the installed nvidia module is licensed 'NVIDIA' (proprietary)" in failures
+    assert "is licensed 'NVIDIA' (proprietary); open modules are 'Dual MIT/GPL'" in failures
     assert "persistence: persistence mode is off on GPU 1 (Disabled)" in failures
     assert "dcgm: Persistence Mode: Fail (Persistence mode for GPU 1 is currently disabled.)" in failures
 

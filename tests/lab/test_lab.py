@@ -69,9 +69,12 @@ def remote(host, command: str) -> str:
     return proc.stdout
 
 
+def stack():
+    return load_stack(REPO / f"Pulumi.{STACK}.yaml").stack
+
+
 def profile():
-    stack = load_stack(REPO / f"Pulumi.{STACK}.yaml").stack
-    return stack.tuning_profile(stack.baremetal.host_groups[0].tuning_profile)
+    return stack().tuning_profile(stack().baremetal.host_groups[0].tuning_profile)
 
 
 @pytest.mark.usefixtures("lab_hosts")
@@ -117,7 +120,7 @@ class TestLab:
 
     def test_the_hosts_real_state_equals_the_plan(self, lab_hosts):
         for h in lab_hosts["result"].hosts:
-            report = host_report(h.name, h.ssh_port, image.ssh_key(), profile())
+            report = host_report(h.name, h.ssh_port, image.ssh_key(), profile(), stack().release.driver_branch)
             assert report.ok, report.render()
             cmdline = report.cmdline.split()
             assert {"default_hugepagesz=1G", "hugepagesz=1G", "hugepages=0:1,1:1"} <= set(cmdline)

@@ -158,53 +158,6 @@ def test_failure_message_of_a_command_carries_its_stderr():
     assert verify.gpufleet_verify_failure(None) == "failed (no message)"
 
 
-# -- the NVIDIA driver --------------------------------------------------------------------------------------------
-
-OPEN_580 = (
-    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  "
-    "(dvs-builder@U22-I3-AE18-23-3)  Tue Sep 23 09:42:32 UTC 2025\n"
-    "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
-)
-PROPRIETARY_570 = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Wed Jan 22 01:31:49 UTC 2025\n"
-
-
-def test_driver_of_the_release_branch_with_open_modules_matches():
-    assert verify.gpufleet_driver_mismatches(OPEN_580, license="Dual MIT/GPL", branch="580", modules="open") == []
-
-
-def test_proprietary_driver_matches_when_proprietary_is_expected():
-    proprietary_580 = PROPRIETARY_570.replace("570.86.15", "580.95.05")
-    assert (
-        verify.gpufleet_driver_mismatches(proprietary_580, license="NVIDIA", branch="580", modules="proprietary") == []
-    )
-
-
-def test_driver_of_another_branch_with_other_modules_reports_both():
-    problems = verify.gpufleet_driver_mismatches(PROPRIETARY_570, license="NVIDIA", branch="580", modules="open")
-    assert problems == [
-        "driver 570.86.15 is loaded; the release pins branch 580",
-        "the loaded driver 570.86.15 uses the proprietary kernel modules; expected open",
-        "the installed nvidia module is licensed 'NVIDIA' (proprietary); open modules are 'Dual MIT/GPL'",
-    ]
-
-
-def test_no_driver_loaded_and_no_module_installed():
-    problems = verify.gpufleet_driver_mismatches(
-        "", license="", license_error="modinfo: ERROR: Module nvidia not found.", branch="580"
-    )
-    assert problems == [
-        "no NVIDIA driver is loaded (/proc/driver/nvidia/version is missing)",
-        "modinfo nvidia: modinfo: ERROR: Module nvidia not found.",
-    ]
-
-
-def test_unexpected_version_file_and_bad_module_type_are_reported():
-    assert verify.gpufleet_driver_mismatches("garbage", license="Dual MIT/GPL", branch="580")[0].endswith(
-        "says 'garbage', not an NVRM version line"
-    )
-    assert "expected one of open, proprietary" in verify.gpufleet_driver_mismatches(OPEN_580, modules="closed")[0]
-
-
 @pytest.mark.parametrize(
     ("stdout", "rc", "expected"),
     [

@@ -64,6 +64,22 @@ def gpufleet_nvidia_driver_plan(facts: dict[str, Any], options: dict[str, Any]) 
         raise AnsibleFilterError(f"nvidia_driver: {exc}") from exc
 
 
+def gpufleet_driver_problems(state: dict[str, Any], options: dict[str, Any]) -> list[str]:
+    """How the host's driver (``nvidia_driver_state``'s ``state``) differs from its plan
+    (gpufleet.driver.driver_problems; ``options``: branch, kernel_modules, hold, must_be_loaded); empty when it
+    matches."""
+    from gpufleet.driver import DriverState, driver_problems
+
+    options = plain_data(options)
+    return driver_problems(
+        DriverState.from_dict(plain_data(state)),
+        branch=str(options["branch"]),
+        kernel_modules=str(options.get("kernel_modules", "open")),
+        hold=bool(options.get("hold", True)),
+        must_be_loaded=bool(options.get("must_be_loaded", True)),
+    )
+
+
 def gpufleet_topology_plan(facts: dict[str, Any], profile: dict[str, Any] | None = None, host: str = "host") -> dict:
     """The topology plan (gpufleet.topology.plan) of one host's ``gpu_topology`` facts and a tuning profile."""
     from pydantic import ValidationError
@@ -126,6 +142,7 @@ class FilterModule:
             "gpufleet_topology_plan": gpufleet_topology_plan,
             "gpufleet_kernel_modules_unsupported": gpufleet_kernel_modules_unsupported,
             "gpufleet_nvidia_driver_plan": gpufleet_nvidia_driver_plan,
+            "gpufleet_driver_problems": gpufleet_driver_problems,
             "gpufleet_grubby_commands": gpufleet_grubby_commands,
             "gpufleet_cpulist": gpufleet_cpulist,
             "gpufleet_cpus": gpufleet_cpus,

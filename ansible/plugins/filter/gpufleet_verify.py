@@ -16,13 +16,6 @@ from typing import Any
 from gpufleet.plaindata import plain_data
 
 CELL = {"ok": "ok", "fail": "FAIL", "skip": "skip"}
-# the kernel modules' licenses as modinfo prints them
-MODULE_LICENSES = {"open": "Dual MIT/GPL", "proprietary": "NVIDIA"}
-# "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (...)" (open modules) or
-# "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Thu Sep 25 ..." (proprietary modules)
-NVRM_VERSION = re.compile(
-    r"NVRM version: NVIDIA UNIX (?:(?P<open>Open) Kernel Module for \S+|\S+ Kernel Module)\s+(?P<version>\d+(?:\.\d+)+)"
-)
 
 
 def _oneline(text: Any) -> str:
@@ -53,46 +46,6 @@ def gpufleet_verify_failure(result: Any) -> str:
 
 
 # -- what the NVIDIA checks read --------------------------------------------------------------------------------
-
-
-def gpufleet_driver_mismatches(
-    version_text: str,
-    license: str = "",
-    license_error: str = "",
-    branch: str = "",
-    modules: str = "open",
-    version_file: str = "/proc/driver/nvidia/version",
-) -> list[str]:
-    """How the loaded NVIDIA driver (``version_text``: ``/proc/driver/nvidia/version``) and the installed ``nvidia``
-    module (``license``: ``modinfo -F license nvidia``) differ from the expected ``branch`` (the release's
-    ``driver_branch``) and kernel ``modules`` (``open`` or ``proprietary``); empty when they match."""
-    if modules not in MODULE_LICENSES:
-        return [f"nvidia_driver_kernel_modules is {modules!r}; expected one of {', '.join(MODULE_LICENSES)}"]
-    problems = []
-    text = str(version_text or "").strip()
-    m = NVRM_VERSION.search(text)
-    if not text:
-        problems.append(f"no NVIDIA driver is loaded ({version_file} is missing)")
-    elif not m:
-        problems.append(f"{version_file} says {_oneline(text.splitlines()[0])!r}, not an NVRM version line")
-    else:
-        version = m["version"]
-        loaded = "open" if m["open"] else "proprietary"
-        if branch and version.split(".")[0] != str(branch):
-            problems.append(f"driver {version} is loaded; the release pins branch {branch}")
-        if loaded != modules:
-            problems.append(f"the loaded driver {version} uses the {loaded} kernel modules; expected {modules}")
-    license = str(license or "").strip()
-    if not license:
-        detail = _oneline(license_error) or "no license"
-        problems.append(f"modinfo nvidia: {detail}")
-    elif license != MODULE_LICENSES[modules]:
-        kind = next((k for k, v in MODULE_LICENSES.items() if v == license), "unknown")
-        problems.append(
-            f"the installed nvidia module is licensed {license!r} ({kind}); {modules} modules are "
-            f"{MODULE_LICENSES[modules]!r}"
-        )
-    return problems
 
 
 def gpufleet_persistence_mismatches(stdout: str, rc: int = 0, error: str = "") -> list[str]:
@@ -267,7 +220,6 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "gpufleet_verify_failure": gpufleet_verify_failure,
-            "gpufleet_driver_mismatches": gpufleet_driver_mismatches,
             "gpufleet_persistence_mismatches": gpufleet_persistence_mismatches,
             "gpufleet_dcgm_failures": gpufleet_dcgm_failures,
             "gpufleet_verify_report": gpufleet_verify_report,
