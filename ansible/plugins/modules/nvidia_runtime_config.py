@@ -4,9 +4,8 @@
 """Ansible module nvidia_runtime_config: add the NVIDIA runtime to containerd's or CRI-O's configuration, with
 ``nvidia-ctk runtime configure`` semantics, in pure Python (no nvidia-ctk needed: check mode and diff work).
 
-Runs on Python 3.9+ (RHEL 9's platform Python): TOML is read with ``tomllib`` (3.11+), else ``tomli``, else the
-small reader below; it is written by the writer below (tables, arrays of tables, strings, integers, floats,
-booleans, arrays, inline tables; no dates, which containerd and CRI-O configs do not use)."""
+TOML is read and written with tomlkit (module_utils ``gpufleet_toml``), which keeps a file's comments and layout:
+an edited containerd config differs from the original only by what the change adds."""
 
 from __future__ import annotations
 
@@ -29,7 +28,10 @@ description:
     the default runtime (unless C(nvidia*)), C(runc) and C(crun) that O(crio_base_configs) define, with
     C(runtime_path) and C(runtime_type = "oci"); plus C(crio.runtime.default_runtime) when O(set_as_default).
   - The file is written only when its content would change as TOML (comments and layout alone never count);
-    when it is written it is re-serialised, so comments in it are not kept (as with nvidia-ctk).
+    when it is written, its comments, order and layout are kept (nvidia-ctk drops them) and the new tables are
+    added to it.
+  - Needs the Python library tomlkit on the host (Debian and Ubuntu C(python3-tomlkit); the
+    C(nvidia_container_toolkit) role installs it).
   - With O(config_text) nothing is read from or written to O(path); the text (for example the output of
     C(containerd config dump) or C(crio status config)) is parsed and its runtimes returned, for verification.
   - Supports check mode and diff.
@@ -152,397 +154,32 @@ backup_file:
 """
 
 import copy
-import math
 import os
-import re
 import tempfile
 
-from ansible.module_utils.basic import AnsibleModule
-
-try:  # Python 3.11+
-    import tomllib as _toml
-except ImportError:  # pragma: no cover - depends on the target's Python
-    try:
-        import tomli as _toml
-    except ImportError:
-        _toml = None
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.gpufleet_toml import (
+    HAS_TOMLKIT,
+    TOMLKIT_IMPORT_ERROR,
+    TomlError,
+    dumps,
+    loads,
+    new_document,
+    plain,
+    same,
+)
 
 CRI_PLUGIN = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 LOW_LEVEL_RUNTIMES = ("runc", "crun")
 DEFAULT_PATHS = {"containerd": "/etc/containerd/config.toml", "crio": "/etc/crio/crio.conf.d/99-nvidia.conf"}
 HEADER = {
-    "containerd": (
-        "# The {name} runtime was added by gpufleet (nvidia_runtime_config, like `nvidia-ctk runtime configure`);\n"
-        "# comments are not kept when this file is rewritten.\n"
-    ),
+    "containerd": "# The {name} runtime was added by gpufleet (nvidia_runtime_config, like nvidia-ctk).\n",
     "crio": "# Managed by gpufleet (nvidia_runtime_config, like `nvidia-ctk runtime configure --runtime=crio`).\n",
 }
 
 
 class ConfigError(Exception):
     """A config this module cannot (or must not) edit; the message says why."""
-
-
-# -- TOML ------------------------------------------------------------------------------------------------------
-
-
-class _Reader:
-    """A TOML reader for targets without tomllib/tomli (RHEL 9's Python 3.9): TOML 1.0 without dates."""
-
-    _BARE = re.compile(r"[A-Za-z0-9_-]+")
-    _NUMBER = re.compile(
-        r"[+-]?(?:inf|nan)|0x[0-9A-Fa-f_]+|0o[0-7_]+|0b[01_]+|[+-]?\d[\d_]*(?:\.\d[\d_]*)?(?:[eE][+-]?\d[\d_]*)?"
-    )
-    _DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{2}:\d{2}")
-    _ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
-
-    def __init__(self, text: str) -> None:
-        self.s = text.replace("\r\n", "\n")
-        self.i = 0
-
-    def error(self, message: str) -> ConfigError:
-        line = self.s.count("\n", 0, self.i) + 1
-        return ConfigError(f"line {line}: {message}")
-
-    def peek(self, n: int = 1) -> str:
-        return self.s[self.i : self.i + n]
-
-    def skip_space(self) -> None:
-        while self.i < len(self.s) and self.s[self.i] in " \t":
-            self.i += 1
-
-    def skip_comment(self) -> None:
-        if self.peek() == "#":
-            end = self.s.find("\n", self.i)
-            self.i = len(self.s) if end < 0 else end
-
-    def skip_blank(self) -> None:
-        """Whitespace, newlines and comments (between statements and inside arrays)."""
-        while True:
-            self.skip_space()
-            self.skip_comment()
-            if self.peek() == "\n":
-                self.i += 1
-            else:
-                return
-
-    def end_of_line(self) -> None:
-        self.skip_space()
-        self.skip_comment()
-        if self.i < len(self.s):
-            if self.peek() != "\n":
-                raise self.error(f"unexpected {self.peek()!r}")
-            self.i += 1
-
-    def expect(self, token: str) -> None:
-        if not self.s.startswith(token, self.i):
-            raise self.error(f"expected {token!r}")
-        self.i += len(token)
-
-    def parse(self) -> dict:
-        root: dict = {}
-        current = root
-        while True:
-            self.skip_blank()
-            if self.i >= len(self.s):
-                return root
-            if self.peek(2) == "[[":
-                self.i += 2
-                keys = self.key()
-                self.expect("]]")
-                current = self.array_table(root, keys)
-            elif self.peek() == "[":
-                self.i += 1
-                keys = self.key()
-                self.expect("]")
-                current = self.table(root, keys)
-            else:
-                keys = self.key()
-                self.expect("=")
-                self.skip_space()
-                self.assign(current, keys, self.value())
-            self.end_of_line()
-
-    def key(self) -> list[str]:
-        keys = []
-        while True:
-            self.skip_space()
-            c = self.peek()
-            if c == '"':
-                keys.append(self.basic_string())
-            elif c == "'":
-                keys.append(self.literal_string())
-            else:
-                m = self._BARE.match(self.s, self.i)
-                if not m:
-                    raise self.error("expected a key")
-                keys.append(m.group())
-                self.i = m.end()
-            self.skip_space()
-            if self.peek() != ".":
-                return keys
-            self.i += 1
-
-    def descend(self, table: dict, keys: list[str]) -> dict:
-        for k in keys:
-            value = table.setdefault(k, {})
-            if isinstance(value, list) and value and isinstance(value[-1], dict):
-                value = value[-1]
-            if not isinstance(value, dict):
-                raise self.error(f"{k!r} is not a table")
-            table = value
-        return table
-
-    def table(self, root: dict, keys: list[str]) -> dict:
-        return self.descend(root, keys)
-
-    def array_table(self, root: dict, keys: list[str]) -> dict:
-        parent = self.descend(root, keys[:-1])
-        array = parent.setdefault(keys[-1], [])
-        if not isinstance(array, list):
-            raise self.error(f"{keys[-1]!r} is not an array of tables")
-        array.append({})
-        return array[-1]
-
-    def assign(self, table: dict, keys: list[str], value: object) -> None:
-        table = self.descend(table, keys[:-1])
-        if keys[-1] in table:
-            raise self.error(f"{keys[-1]!r} is defined twice")
-        table[keys[-1]] = value
-
-    def value(self) -> object:
-        c = self.peek()
-        if self.peek(3) == '"""':
-            return self.multiline_basic_string()
-        if c == '"':
-            return self.basic_string()
-        if self.peek(3) == "'''":
-            return self.multiline_literal_string()
-        if c == "'":
-            return self.literal_string()
-        if c == "[":
-            return self.array()
-        if c == "{":
-            return self.inline_table()
-        for word, value in (("true", True), ("false", False)):
-            if self.s.startswith(word, self.i):
-                self.i += len(word)
-                return value
-        if self._DATE.match(self.s, self.i):
-            raise self.error("dates and times are not supported")
-        m = self._NUMBER.match(self.s, self.i)
-        if not m:
-            raise self.error("expected a value")
-        self.i = m.end()
-        text = m.group().replace("_", "")
-        if text.lstrip("+-") in ("inf", "nan"):
-            return float(text)
-        if text[:2] in ("0x", "0o", "0b"):
-            return int(text, {"x": 16, "o": 8, "b": 2}[text[1]])
-        if any(ch in text for ch in ".eE"):
-            return float(text)
-        return int(text)
-
-    def escape(self) -> str:
-        c = self.peek()
-        if c in self._ESCAPES:
-            self.i += 1
-            return self._ESCAPES[c]
-        if c in ("u", "U"):
-            n = 4 if c == "u" else 8
-            digits = self.s[self.i + 1 : self.i + 1 + n]
-            if len(digits) != n or not re.fullmatch(r"[0-9A-Fa-f]+", digits):
-                raise self.error("invalid unicode escape")
-            self.i += 1 + n
-            return chr(int(digits, 16))
-        raise self.error(f"invalid escape \\{c}")
-
-    def basic_string(self) -> str:
-        self.i += 1
-        out = []
-        while True:
-            c = self.peek()
-            if c in ("", "\n"):
-                raise self.error("unterminated string")
-            self.i += 1
-            if c == '"':
-                return "".join(out)
-            out.append(self.escape() if c == "\\" else c)
-
-    def literal_string(self) -> str:
-        end = self.s.find("'", self.i + 1)
-        if end < 0 or "\n" in self.s[self.i + 1 : end]:
-            raise self.error("unterminated string")
-        text = self.s[self.i + 1 : end]
-        self.i = end + 1
-        return text
-
-    def _closing(self, quote: str) -> int:
-        """Index of the closing triple quote; up to two more quote characters belong to the content."""
-        end = self.s.find(quote * 3, self.i)
-        if end < 0:
-            raise self.error("unterminated string")
-        for _ in range(2):
-            if self.s[end + 3 : end + 4] == quote:
-                end += 1
-        return end
-
-    def multiline_basic_string(self) -> str:
-        self.i += 3
-        if self.peek() == "\n":
-            self.i += 1
-        out = []
-        while True:
-            if self.peek(3) == '"""':
-                end = self._closing('"')
-                out.append(self.s[self.i : end])
-                self.i = end + 3
-                return "".join(out)
-            c = self.peek()
-            if c == "":
-                raise self.error("unterminated string")
-            self.i += 1
-            if c != "\\":
-                out.append(c)
-            elif re.match(r"[ \t]*\n", self.s[self.i :]):  # line-ending backslash: trim up to the next text
-                while self.peek() in (" ", "\t", "\n"):
-                    self.i += 1
-            else:
-                out.append(self.escape())
-
-    def multiline_literal_string(self) -> str:
-        self.i += 3
-        if self.peek() == "\n":
-            self.i += 1
-        end = self._closing("'")
-        text = self.s[self.i : end]
-        self.i = end + 3
-        return text
-
-    def array(self) -> list:
-        self.i += 1
-        items = []
-        while True:
-            self.skip_blank()
-            if self.peek() == "]":
-                self.i += 1
-                return items
-            items.append(self.value())
-            self.skip_blank()
-            if self.peek() == ",":
-                self.i += 1
-            elif self.peek() != "]":
-                raise self.error("expected ',' or ']' in an array")
-
-    def inline_table(self) -> dict:
-        self.i += 1
-        table: dict = {}
-        self.skip_space()
-        if self.peek() == "}":
-            self.i += 1
-            return table
-        while True:
-            keys = self.key()
-            self.expect("=")
-            self.skip_space()
-            self.assign(table, keys, self.value())
-            self.skip_space()
-            if self.peek() == "}":
-                self.i += 1
-                return table
-            self.expect(",")
-
-
-def loads_fallback(text: str) -> dict:
-    return _Reader(text).parse()
-
-
-def loads(text: str) -> dict:
-    """Parse TOML; ConfigError (with the line) when it is not valid."""
-    if _toml is None:
-        return loads_fallback(text)
-    try:
-        return _toml.loads(text)
-    except _toml.TOMLDecodeError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def _key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _string(key)
-
-
-def _string(value: str) -> str:
-    out = []
-    for ch in value:
-        if ch in ('"', "\\"):
-            out.append("\\" + ch)
-        elif ch in "\b\t\n\f\r":
-            out.append({"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def _value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):
-        return _string(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
-    raise ConfigError(f"cannot write a {type(value).__name__} value to TOML")
-
-
-def _is_table_array(value: object) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
-
-
-def _emit(lines: list[str], path: list[str], table: dict, array_item: bool = False) -> None:
-    depth = len(path)
-    if path:
-        header = ".".join(_key(k) for k in path)
-        lines.extend(["", "  " * (depth - 1) + (f"[[{header}]]" if array_item else f"[{header}]")])
-    for key, value in table.items():
-        if not isinstance(value, dict) and not _is_table_array(value):
-            lines.append("  " * depth + f"{_key(key)} = {_value(value)}")
-    for key, value in table.items():
-        if isinstance(value, dict):
-            _emit(lines, [*path, key], value)
-        elif _is_table_array(value):
-            for item in value:
-                _emit(lines, [*path, key], item, array_item=True)
-
-
-def dumps(data: dict) -> str:
-    """TOML text for ``data``, laid out like ``containerd config default`` (a header for every table)."""
-    lines: list[str] = []
-    _emit(lines, [], data)
-    return "\n".join(lines).lstrip("\n") + "\n"
-
-
-def same(a: object, b: object) -> bool:
-    """Equal as TOML values: like ==, but true is not 1, 1 is not 1.0, and nan is nan."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float) and math.isnan(a):
-        return math.isnan(b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))  # noqa: B905 (Python 3.9 targets)
-    return a == b
 
 
 # -- containerd ------------------------------------------------------------------------------------------------
@@ -556,9 +193,18 @@ def _get(data: dict, keys: list[str]) -> object:
     return data
 
 
+def _set(table: dict, key: str, value: object) -> None:
+    """``table[key] = value`` unless it holds that value already: a document is changed only where the config
+    changes (tomlkit rebuilds a table it is given, which a file's dotted-key layout may not allow)."""
+    if key not in table or not same(plain(table[key]), value):
+        table[key] = value
+
+
 def _table(data: dict, keys: list[str]) -> dict:
     for k in keys:
-        value = data.setdefault(k, {})
+        if k not in data:
+            data[k] = {}
+        value = data[k]  # the document's own table (a new one is converted when it is inserted)
         if not isinstance(value, dict):
             raise ConfigError(f"{'.'.join(keys)}: {k} is not a table")
         data = value
@@ -576,7 +222,7 @@ def source_runtimes(default_runtime: object) -> list[str]:
 def containerd_version(config: dict, default_version: int) -> int:
     if not config:
         return default_version
-    version = config.get("version")
+    version = plain(config.get("version"))
     if version is None:
         raise ConfigError(
             "the config has no 'version' key (a version 1 config, containerd < 1.5); set version = 2 and the v2 "
@@ -607,18 +253,20 @@ def configure_containerd(
     """
     new = copy.deepcopy(config)
     version = containerd_version(new, default_version)
-    new["version"] = version
+    _set(new, "version", version)
     plugin = _table(new, ["plugins", CRI_PLUGIN[version]])
     ctrd = _table(plugin, ["containerd"])
     runtimes = _table(ctrd, ["runtimes"])
     effective_runtimes, effective_default = containerd_runtimes(effective) if effective else ({}, None)
     if not runtimes:
-        runtimes.update(copy.deepcopy({k: v for k, v in effective_runtimes.items() if k != name}))
-    default = ctrd.get("default_runtime_name", effective_default)
+        for k, v in effective_runtimes.items():
+            if k != name:
+                runtimes[k] = plain(v)
+    default = plain(ctrd.get("default_runtime_name", effective_default))
     known = {**effective_runtimes, **runtimes}
     source = next((r for r in source_runtimes(default) if isinstance(known.get(r), dict)), None)
     if source is not None:
-        runtime = copy.deepcopy(known[source])
+        runtime = plain(known[source])
     else:
         runtime = {
             "runtime_type": runtime_type,
@@ -630,16 +278,16 @@ def configure_containerd(
     if not isinstance(options, dict):
         options = runtime["options"] = {}
     options["BinaryName"] = path
-    runtimes[name] = runtime
+    _set(runtimes, name, runtime)
     if set_as_default:
-        ctrd["default_runtime_name"] = name
+        _set(ctrd, "default_runtime_name", name)
     elif ctrd.get("default_runtime_name") == name:
         if source is not None:
-            ctrd["default_runtime_name"] = source
+            _set(ctrd, "default_runtime_name", source)
         else:
             del ctrd["default_runtime_name"]
     if enable_cdi:
-        plugin["enable_cdi"] = True
+        _set(plugin, "enable_cdi", True)
     return new, source
 
 
@@ -650,7 +298,8 @@ def containerd_runtimes(config: dict) -> tuple[dict, object]:
     version = containerd_version(config, 2)
     ctrd = _get(config, ["plugins", CRI_PLUGIN[version], "containerd"]) or {}
     runtimes = ctrd.get("runtimes") if isinstance(ctrd, dict) else None
-    return (runtimes if isinstance(runtimes, dict) else {}), (ctrd.get("default_runtime_name") if ctrd else None)
+    default = ctrd.get("default_runtime_name") if ctrd else None
+    return (plain(runtimes) if isinstance(runtimes, dict) else {}), plain(default)
 
 
 # -- CRI-O -----------------------------------------------------------------------------------------------------
@@ -675,7 +324,7 @@ def configure_crio(
     runtimes = runtimes if isinstance(runtimes, dict) else {}
     default = _get(base, ["crio", "runtime", "default_runtime"])
     source = next((r for r in source_runtimes(default) if isinstance(runtimes.get(r), dict)), None)
-    runtime = copy.deepcopy(runtimes[source]) if source is not None else {}
+    runtime = plain(runtimes[source]) if source is not None else {}
     runtime["runtime_path"] = path
     runtime["runtime_type"] = "oci"
     crio_runtime: dict = {}
@@ -687,7 +336,8 @@ def configure_crio(
 
 def crio_runtimes(config: dict) -> tuple[dict, object]:
     runtimes = _get(config, ["crio", "runtime", "runtimes"])
-    return (runtimes if isinstance(runtimes, dict) else {}), _get(config, ["crio", "runtime", "default_runtime"])
+    default = _get(config, ["crio", "runtime", "default_runtime"])
+    return (plain(runtimes) if isinstance(runtimes, dict) else {}), plain(default)
 
 
 def crio_base_files(paths: list[str], skip: str) -> list[str]:
@@ -714,7 +364,7 @@ def read(path: str) -> str | None:
 def parse(path: str, text: str) -> dict:
     try:
         return loads(text)
-    except ConfigError as exc:
+    except TomlError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
 
 
@@ -747,7 +397,7 @@ def run(module: AnsibleModule) -> dict:
         return result
 
     before_text = read(path)
-    before = parse(path, before_text) if before_text is not None else {}
+    before = parse(path, before_text) if before_text is not None else new_document()
     if engine == "containerd":
         after, source = configure_containerd(
             before,
@@ -762,7 +412,7 @@ def run(module: AnsibleModule) -> dict:
     else:
         base: dict = {}
         for f in crio_base_files(p["crio_base_configs"], skip=path):
-            base = merge(base, parse(f, read(f) or ""))
+            base = merge(base, plain(parse(f, read(f) or "")))
         after, source = configure_crio(base, name=name, path=p["runtime_path"], set_as_default=p["set_as_default"])
 
     runtimes, default = listing(after)
@@ -775,11 +425,17 @@ def run(module: AnsibleModule) -> dict:
         "default_runtime": default,
     }
     if engine == "containerd":
-        result["config_version"] = after["version"]
-    if before_text is not None and same(before, after):
+        result["config_version"] = plain(after["version"])
+    if before_text is not None and same(plain(before), plain(after)):
         return result
 
-    after_text = HEADER[engine].format(name=name) + dumps(after)
+    header = HEADER[engine].format(name=name)
+    try:
+        text = dumps(after)
+    except TomlError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    # containerd's file keeps its own comments, ours once on top; CRI-O's drop-in is written whole
+    after_text = text if engine == "containerd" and text.startswith(header) else header + text
     result["changed"] = True
     result["diff"] = {
         "before": before_text or "",
@@ -820,6 +476,11 @@ def main() -> None:
         argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
+    if not HAS_TOMLKIT:
+        module.fail_json(
+            msg=missing_required_lib("tomlkit", reason="to edit TOML (Debian and Ubuntu: python3-tomlkit)"),
+            exception=str(TOMLKIT_IMPORT_ERROR),
+        )
     try:
         module.exit_json(**run(module))
     except ConfigError as exc:
