@@ -2,18 +2,22 @@
 
 One module per command group: ``stack`` (validate, plan, render), ``mig``, ``topology``, ``lab``, ``promote``;
 ``common`` holds what they share (exit codes, output, options, stack loading). Exit codes: 0 success, 1 the input is
-wrong (an invalid stack, an unknown GPU), 2 usage errors (bad options, a stack name that names no file).
+wrong (an invalid stack, an unknown GPU), 2 usage errors (bad options, a stack name that names no file), 3 an
+internal error: any exception the commands do not turn into one of those is a bug, reported on one line (the
+traceback with ``--debug``), never as a bare traceback.
 """
 
 from __future__ import annotations
 
+import sys
+import traceback
 from typing import Annotated
 
 import typer
 
 from gpufleet import __version__
 from gpufleet.cli import stack
-from gpufleet.cli.common import out
+from gpufleet.cli.common import EXIT_CODES_HELP, EXIT_INTERNAL, err, out
 from gpufleet.cli.lab import lab_app
 from gpufleet.cli.mig import mig_app
 from gpufleet.cli.promote import promote_app
@@ -21,7 +25,8 @@ from gpufleet.cli.topology import topology_app
 
 app = typer.Typer(
     name="gpufleet",
-    help="GPU fleets as code: validated stacks, hardware-aware planners, Pulumi for AKS, Ansible for bare metal.",
+    help="GPU fleets as code: validated stacks, hardware-aware planners, Pulumi for AKS, Ansible for bare metal. "
+    + EXIT_CODES_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -46,9 +51,26 @@ def _main(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="On an internal error (exit 3), print its traceback (before the command).")
+    ] = False,
 ) -> None:
     """GPU fleets as code."""
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """Run the command line; an exception no command handled is an internal error: one line and exit 3."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        app(args=argv, prog_name="gpufleet")
+    except Exception as exc:  # every bug ends here, as one line (the traceback with --debug)
+        if "--debug" in argv:
+            traceback.print_exc()
+        detail = " ".join(str(exc).split())[:300]
+        err.print(
+            f"internal error: {type(exc).__name__}{': ' + detail if detail else ''}; please report it with the output "
+            "of the same command run as gpufleet --debug ...",
+            markup=False,
+            emoji=False,
+        )
+        sys.exit(EXIT_INTERNAL)

@@ -16,9 +16,14 @@ if TYPE_CHECKING:
     from gpufleet.spec.models import Stack
 
 # Exit codes: 0 success, 1 the input is wrong (an invalid stack, an unknown GPU), 2 usage errors (bad options, a
-# stack name that names no file).
+# stack name that names no file), 3 an internal error (a bug in gpufleet: `gpufleet --debug ...` shows its traceback).
 EXIT_INVALID = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+EXIT_CODES_HELP = (
+    "Exit codes: 0 success, 1 the input is wrong, 2 usage error, 3 internal error (a bug: report it with the output "
+    "of gpufleet --debug ...)."
+)
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
