@@ -55,6 +55,18 @@ class Platform:
     codename: str
     kernel: str
 
+    @classmethod
+    def from_facts(cls, facts: Mapping[str, Any]) -> Platform:
+        """From Ansible's fact names (distribution, os_family, distribution_major_version, distribution_release,
+        kernel): the setup module's, or gpufleet.driverstate.read_platform's."""
+        return cls(
+            distribution=facts.get("distribution", ""),
+            os_family=facts.get("os_family", ""),
+            major_version=str(facts.get("distribution_major_version", "")),
+            codename=facts.get("distribution_release", ""),
+            kernel=facts.get("kernel", ""),
+        )
+
     @property
     def family(self) -> str:
         """Ubuntu, Debian or RedHat (RHEL and its rebuilds)."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufleet.hostfacts import NVIDIA
 from gpufleet.lab import ssh
 from gpufleet.yamldoc import read_yaml
 
@@ -107,10 +108,7 @@ def driver_mismatches(run_python: Callable[[str], str], branch: str, root: str =
 
     source = DRIVERSTATE.read_text()
     facts = json.loads(run_python(source + f"\nimport json as _j\nprint(_j.dumps(read_platform({root!r})))\n"))
-    platform = Platform(
-        facts["distribution"], facts["os_family"], facts["distribution_major_version"],
-        facts["distribution_release"], facts["kernel"],
-    )  # fmt: skip
+    platform = Platform.from_facts(facts)
     try:
         plan = plan_driver(platform, branch=branch)
     except DriverPlanError as exc:
@@ -151,7 +149,7 @@ def host_report(name: str, port: int, key: Path, profile: Any, driver_branch: st
         have = devices.get(want["pci"], {}).get("sriov_numvfs", 0)
         if have != want["numvfs"]:
             report.mismatches.append(f"{want['pci']}: {have} VFs, plan {want['numvfs']}")
-    if any(gpu["vendor"] == "10de" for gpu in report.facts["gpus"]):
+    if any(gpu["vendor"] == NVIDIA for gpu in report.facts["gpus"]):
         report.mismatches += driver_mismatches(lambda script: _remote_python(key, port, script), driver_branch)
     dropin = ssh.run(key, port, f"cat {KUBELET_DROPIN}", timeout=60)
     if dropin.returncode:

@@ -74,7 +74,8 @@ def stack():
 
 
 def profile():
-    return stack().tuning_profile(stack().baremetal.host_groups[0].tuning_profile)
+    lab = stack()
+    return lab.tuning_profile(lab.baremetal.host_groups[0].tuning_profile)
 
 
 @pytest.mark.usefixtures("lab_hosts")
@@ -119,8 +120,9 @@ class TestLab:
         assert changed_per_host(result.output, "Regenerate the GRUB configuration") == {h.name: 1 for h in hosts}
 
     def test_the_hosts_real_state_equals_the_plan(self, lab_hosts):
+        tuning, branch = profile(), stack().release.driver_branch
         for h in lab_hosts["result"].hosts:
-            report = host_report(h.name, h.ssh_port, image.ssh_key(), profile(), stack().release.driver_branch)
+            report = host_report(h.name, h.ssh_port, image.ssh_key(), tuning, branch)
             assert report.ok, report.render()
             cmdline = report.cmdline.split()
             assert {"default_hugepagesz=1G", "hugepagesz=1G", "hugepages=0:1,1:1"} <= set(cmdline)

@@ -41,13 +41,7 @@ def gpufleet_nvidia_driver_plan(facts: dict[str, Any], options: dict[str, Any]) 
     from gpufleet.driver import DriverPlanError, Platform, plan_driver
 
     facts, options = plain_data(facts), plain_data(options)
-    platform = Platform(
-        distribution=facts.get("distribution", ""),
-        os_family=facts.get("os_family", ""),
-        major_version=str(facts.get("distribution_major_version", "")),
-        codename=facts.get("distribution_release", ""),
-        kernel=facts.get("kernel", ""),
-    )
+    platform = Platform.from_facts(facts)
     names = ("kernel_modules", "source", "cuda_repo_base", "debian_mirror", "debian_security_mirror")
     unsupported = gpufleet_kernel_modules_unsupported(options.get("gpus") or [])
     try:
