@@ -7,7 +7,10 @@ Shared by every gpufleet input file (stacks, MIG demands...), so all report erro
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import re
+import stat
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator
@@ -19,28 +22,170 @@ from pydantic_core import ErrorDetails
 
 from gpufleet.diagnostics import Diagnostic, Finding, Path, did_you_mean, format_path
 
+# Limits on input documents. A stack or demand file is a few kilobytes; these refuse what would hang or exhaust
+# memory (a FIFO, /dev/zero, an alias bomb, nesting that overflows the parser) with a clear error instead.
+MAX_FILE_BYTES = 1024 * 1024
+MAX_DEPTH = 64
+MAX_ALIASES = 100
+MAX_VALUES = 200_000
+
+
+class InputFileError(ValueError):
+    """An input file that cannot be read as text: the diagnostic says where and why."""
+
+    def __init__(self, diagnostic: Diagnostic) -> None:
+        self.diagnostic = diagnostic
+        super().__init__(str(diagnostic))
+
+
+def read_text_file(path: str | FsPath, limit: int = MAX_FILE_BYTES) -> str:
+    """A regular file's UTF-8 text, at most ``limit`` bytes; :class:`InputFileError` otherwise.
+
+    Opened non-blocking and checked before reading, so a FIFO, a device (``/dev/zero``) or a directory is refused
+    at once instead of hanging or reading without end."""
+    file = str(path)
+
+    def refuse(message: str, line: int = 1) -> InputFileError:
+        return InputFileError(Diagnostic(file, line, "", message))
+
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise refuse(f"cannot read: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise refuse("not a regular file (a FIFO, device or directory); give a file")
+        if info.st_size > limit:
+            raise refuse(f"{info.st_size} bytes; an input file holds at most {limit} bytes ({limit // 1024} KiB)")
+        chunks = []
+        size = 0
+        while chunk := os.read(fd, limit + 1 - size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise refuse(f"more than {limit} bytes; an input file holds at most {limit} bytes")
+    except OSError as exc:
+        raise refuse(f"cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise refuse(f"not UTF-8 text: byte 0x{data[exc.start]:02x} cannot be decoded", line) from None
+
 
 def read_yaml(path: str | FsPath | None, text: str | None = None) -> tuple[Any, list[Diagnostic]]:
-    """Parse a file (or ``text``, reported as ``path``) with line numbers: (document, []) or (None, [error])."""
+    """Parse a file (or ``text``, reported as ``path``) with line numbers: (document, []) or (None, [error]).
+
+    Refused with an error at the offending line: files that :func:`read_text_file` refuses, control characters,
+    integers Python will not convert (over 4,300 digits, ``0x_``), nesting deeper than ``MAX_DEPTH``, more than
+    ``MAX_ALIASES`` aliases or ``MAX_VALUES`` values once aliases are expanded (an alias inside its own anchor
+    is null, as ruamel reads it)."""
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
+    from ruamel.yaml.reader import ReaderError
 
     file = str(path)
     if text is None:
         try:
-            text = FsPath(file).read_text(encoding="utf-8")
-        except OSError as exc:
-            return None, [Diagnostic(file, 1, "", f"cannot read: {exc.strerror}")]
-        except UnicodeDecodeError:
-            return None, [Diagnostic(file, 1, "", "not UTF-8 text")]
+            text = read_text_file(file)
+        except InputFileError as exc:
+            return None, [exc.diagnostic]
     try:
-        return parse_yaml(text), []
+        doc = parse_yaml(text)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
         problem = " ".join(p for p in (exc.context, exc.problem) if p)
         return None, [Diagnostic(file, line, "", f"YAML: {problem}")]
+    except ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else 1
+        what = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+        return None, [Diagnostic(file, line, "", f"YAML: control character {what} is not allowed; remove it")]
+    except RecursionError:
+        line = _too_deep_line(text)
+        return None, [Diagnostic(file, line, "", f"YAML: nested deeper than {MAX_DEPTH} levels")]
     except YAMLError as exc:
         return None, [Diagnostic(file, 1, "", f"YAML: {exc}")]
+    problem = _too_complex(doc)
+    if problem:
+        return None, [Diagnostic(file, *problem)]
+    return doc, []
+
+
+def _too_deep_line(text: str) -> int:
+    """The line where ``text`` first nests deeper than ``MAX_DEPTH`` (the scanner is not recursive)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+    from ruamel.yaml.tokens import (
+        BlockEndToken,
+        BlockMappingStartToken,
+        BlockSequenceStartToken,
+        FlowMappingEndToken,
+        FlowMappingStartToken,
+        FlowSequenceEndToken,
+        FlowSequenceStartToken,
+    )
+
+    opening = (BlockMappingStartToken, BlockSequenceStartToken, FlowMappingStartToken, FlowSequenceStartToken)
+    closing = (BlockEndToken, FlowMappingEndToken, FlowSequenceEndToken)
+    depth = 0
+    with contextlib.suppress(YAMLError):
+        for token in YAML(typ="rt").scan(text):
+            if isinstance(token, opening):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    return token.start_mark.line + 1
+            elif isinstance(token, closing):
+                depth -= 1
+    return 1
+
+
+def _too_complex(doc: Any) -> tuple[int, str, str] | None:
+    """(line, path, message) when ``doc`` nests deeper than ``MAX_DEPTH``, uses more than
+    ``MAX_ALIASES`` aliases or holds more than ``MAX_VALUES`` values with its aliases expanded; else None.
+
+    ruamel gives an alias the same object as its anchor, so aliases are repeated objects and the expanded size is
+    computed without expanding (each container's size once)."""
+    sizes: dict[int, int] = {}
+    aliases = 0
+
+    def line_of(node: Any) -> int:
+        try:
+            return int(node.lc.line) + 1
+        except AttributeError:
+            return 1
+
+    class _Stop(Exception):
+        def __init__(self, line: int, message: str) -> None:
+            self.line, self.message = line, message
+
+    def size(node: Any, depth: int, parent: Any) -> int:
+        nonlocal aliases
+        if not isinstance(node, dict | list):
+            return 1
+        key = id(node)
+        if key in sizes:
+            aliases += 1
+            if aliases > MAX_ALIASES:
+                raise _Stop(line_of(parent), f"YAML: more than {MAX_ALIASES} aliases")
+            return sizes[key]
+        if depth > MAX_DEPTH:
+            raise _Stop(line_of(node), f"YAML: nested deeper than {MAX_DEPTH} levels")
+        items = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+        total = 1 + sum(size(child, depth + 1, node) for child in items)
+        if total > MAX_VALUES:
+            raise _Stop(line_of(node), f"YAML: more than {MAX_VALUES} values with aliases expanded")
+        sizes[key] = total
+        return total
+
+    try:
+        size(doc, 1, doc)
+    except _Stop as stop:
+        return stop.line, "", stop.message
+    return None
 
 
 def located(findings: Iterable[Finding], locator: Locator, file: str) -> list[Diagnostic]:
@@ -53,10 +198,34 @@ def located(findings: Iterable[Finding], locator: Locator, file: str) -> list[Di
 
 
 def parse_yaml(text: str) -> Any:
+    """Round-trip parse (line numbers kept); an integer Python will not convert is a marked YAML error."""
     from ruamel.yaml import YAML
 
     yaml = YAML(typ="rt")
+    yaml.Constructor = _constructor()
     return yaml.load(text)
+
+
+@functools.cache
+def _constructor() -> type:
+    from ruamel.yaml.constructor import ConstructorError, RoundTripConstructor
+
+    class Constructor(RoundTripConstructor):  # type: ignore[misc]
+        """ruamel's round-trip constructor, with integers it cannot convert reported at their line."""
+
+        def construct_yaml_int(self, node: Any) -> Any:
+            try:
+                return super().construct_yaml_int(node)
+            except (ValueError, IndexError):
+                value = str(node.value)
+                shown = value if len(value) <= 40 else f"{value[:20]}... ({len(value)} characters)"
+                why = "at most 4300 digits, in decimal or 0x/0o/0b with digits"
+                raise ConstructorError(
+                    None, None, f"{shown!r} is not a readable integer: {why}", node.start_mark
+                ) from None
+
+    Constructor.add_constructor("tag:yaml.org,2002:int", Constructor.construct_yaml_int)
+    return Constructor
 
 
 def plain(node: Any) -> Any:

@@ -4,7 +4,9 @@ from a stack name to a validated stack (resolve -> load -> diagnostics -> exit c
 from __future__ import annotations
 
 import json
+import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,8 +27,30 @@ EXIT_CODES_HELP = (
     "of gpufleet --debug ...)."
 )
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# Emoji codes off: a diagnostic's "file:100:" must stay a line number. Markup stays on for gpufleet's own styling;
+# text from input goes through shown() (or printable() with markup=False) before it reaches a console.
+out = Console(highlight=False, soft_wrap=True, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: object) -> str:
+    """Text from input with its control characters (ANSI escape sequences included) written as ``\\xNN``, so
+    nothing a file or an argument holds can drive the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", str(text))
+
+
+def shown(text: object) -> str:
+    """Text from input for a rich markup string: control characters escaped (:func:`printable`), markup escaped."""
+    return escape(printable(text))
+
+
+def print_diagnostics(console: Console, diagnostics: Iterable[object], indent: str = "") -> None:
+    """``file:line: key.path: message`` lines, one per diagnostic, printed as they are."""
+    for d in diagnostics:
+        console.print(f"{indent}{printable(d)}", markup=False)
+
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 RootOpt = Annotated[
@@ -42,8 +66,9 @@ def emit_json(data: Any) -> None:
 
 
 def usage_error(message: str) -> typer.Exit:
-    """Say what is wrong with the command line; the caller raises the returned exit (code 2)."""
-    err.print(f"[red]error:[/red] {message}")
+    """Say what is wrong with the command line (``message`` is plain text); the caller raises the returned exit
+    (code 2)."""
+    err.print(f"[red]error:[/red] {shown(message)}")
     return typer.Exit(EXIT_USAGE)
 
 
@@ -74,8 +99,7 @@ def load_or_exit(ref: str, root: Path | None, as_json: bool = False, consequence
         if as_json:
             emit_json({"stack": loaded.name, "ok": False, "errors": [d.to_dict() for d in loaded.diagnostics]})
         else:
-            err.print(f"[red]invalid stack[/red] {escape(loaded.name)}: {consequence}")
-            for d in loaded.diagnostics:
-                err.print(f"  {d}", markup=False)
+            err.print(f"[red]invalid stack[/red] {shown(loaded.name)}: {consequence}")
+            print_diagnostics(err, loaded.diagnostics, "  ")
         raise typer.Exit(EXIT_INVALID)
     return loaded.stack

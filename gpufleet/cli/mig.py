@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from gpufleet.cli.common import EXIT_INVALID, JsonOpt, emit_json, err, out, usage_error
+from gpufleet.cli.common import EXIT_INVALID, JsonOpt, emit_json, err, out, print_diagnostics, shown, usage_error
 
 mig_app = typer.Typer(help="MIG profiles and layouts per GPU model.", no_args_is_help=True)
 
@@ -24,7 +24,7 @@ def _resolve_gpu(gpu: str, as_json: bool, empty: dict[str, Any]) -> Any:
         if as_json:
             emit_json({"gpu": gpu, **empty, "reason": str(exc)})
         else:
-            err.print(f"[red]error:[/red] {exc}", markup=False)
+            err.print(f"[red]error:[/red] {shown(exc)}")
         raise typer.Exit(EXIT_INVALID) from None
 
 
@@ -46,7 +46,7 @@ def mig_profiles(gpu: GpuArg, as_json: JsonOpt = False) -> None:
         if as_json:
             emit_json({"gpu": model.name, "mig": False, "profiles": [], "reason": reason})
         else:
-            err.print(f"[red]error:[/red] {reason}")
+            err.print(f"[red]error:[/red] {shown(reason)}")
         raise typer.Exit(EXIT_INVALID)
 
     geometry = model.mig
@@ -89,7 +89,7 @@ def _parse_profiles(args: list[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for arg in args:
         name, _, count = arg.partition("=")
-        if count and not count.isdigit():
+        if count and not (count.isascii() and count.isdigit()):
             raise usage_error(f"{arg!r}: write PROFILE or PROFILE=COUNT, e.g. 1g.10gb=2")
         counts[name] = counts.get(name, 0) + (int(count) if count else 1)
     return counts
@@ -118,7 +118,7 @@ def mig_check(
             spans = ", ".join(f"{p.profile}@{p.start}" for p in result.placements)
             out.print(f"[green]fits[/green] one {model.name}: {spans}  [dim](start slice of each instance)[/dim]")
         else:
-            out.print(f"[red]does not fit[/red]: {result.reason}", markup=True)
+            out.print(f"[red]does not fit[/red]: {shown(result.reason)}")
         if show and model.mig is not None and (result.placements or result.partial or result.unplaced):
             out.print("\n".join(mig.diagram(model, result)), markup=False)
     if not result.fits:
@@ -142,14 +142,18 @@ def mig_pack(
     from gpufleet.mig.demand import load_demand
     from gpufleet.mig.outputs import dump_yaml, mig_parted_config, packed_layouts
 
+    if output is not None and str(output) != "-":
+        if output.is_dir():
+            raise usage_error(f"--output {output}: is a directory; name the file to write")
+        if not output.resolve().parent.is_dir():
+            raise usage_error(f"--output {output}: directory {output.resolve().parent} does not exist")
     catalog = load_catalog()
     loaded = load_demand(demand, catalog)
     if not loaded.ok:
         if as_json:
             emit_json({"ok": False, "errors": [d.to_dict() for d in loaded.diagnostics]})
         else:
-            for d in loaded.diagnostics:
-                err.print(str(d), markup=False)
+            print_diagnostics(err, loaded.diagnostics)
         raise typer.Exit(EXIT_INVALID)
     started = time.perf_counter()
     result = mig.pack([(m.gpu, m.profiles) for m in loaded.models])
@@ -160,7 +164,11 @@ def mig_pack(
         if str(output) == "-":
             sys.stdout.write(text)
         else:
-            output.write_text(text)
+            try:
+                output.write_text(text)
+            except OSError as exc:
+                err.print(f"[red]error:[/red] cannot write {shown(output)}: {shown(exc.strerror)}")
+                raise typer.Exit(EXIT_INVALID) from None
     if as_json:
         emit_json(_pack_json(result, config, seconds))
     elif str(output) != "-":

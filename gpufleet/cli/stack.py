@@ -17,8 +17,10 @@ from gpufleet.cli.common import (
     err,
     load_or_exit,
     out,
+    print_diagnostics,
     project_root,
     resolve_or_exit,
+    shown,
     usage_error,
 )
 
@@ -54,11 +56,10 @@ def validate(
     else:
         for r in results:
             if r.ok:
-                out.print(f"[green]ok[/green]      {r.name}  [dim]{r.file}[/dim]")
+                out.print(f"[green]ok[/green]      {shown(r.name)}  [dim]{shown(r.file)}[/dim]")
             else:
-                out.print(f"[red]invalid[/red] {r.name}  [dim]{r.file}[/dim]")
-                for d in r.diagnostics:
-                    out.print(f"  {d}", markup=False)
+                out.print(f"[red]invalid[/red] {shown(r.name)}  [dim]{shown(r.file)}[/dim]")
+                print_diagnostics(out, r.diagnostics, "  ")
         bad = [r for r in results if not r.ok]
         errors = sum(len(r.diagnostics) for r in bad)
         if bad:
@@ -124,12 +125,12 @@ def render(
     from gpufleet.plan import plan_stack
 
     if chart not in (None, GPU_OPERATOR_CHART, DEVICE_PLUGIN_CHART):
-        raise usage_error(f"--chart {escape(repr(chart))}: use {GPU_OPERATOR_CHART} or {DEVICE_PLUGIN_CHART}")
+        raise usage_error(f"--chart {chart!r}: use {GPU_OPERATOR_CHART} or {DEVICE_PLUGIN_CHART}")
     loaded = load_or_exit(stack, root, as_json, "nothing rendered")
     plan_ = plan_stack(loaded, load_catalog())
     if chart is not None and plan_.cluster is not None and chart != plan_.cluster.gpu_chart:
         raise usage_error(
-            f"--chart {chart}: stack {escape(plan_.stack)} is an AKS cluster whose pools decide its chart "
+            f"--chart {chart}: stack {plan_.stack} is an AKS cluster whose pools decide its chart "
             f"({plan_.cluster.gpu_chart}); --chart is for bare-metal stacks"
         )
     try:

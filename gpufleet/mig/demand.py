@@ -29,6 +29,10 @@ from gpufleet.mig import MigError, profile_for_memory, usable_gib
 from gpufleet.spec.types import StrictModel, invalid
 from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
 
+# The most GPUs of one model a demand may need. The largest GPU fleets hold about 100,000 GPUs; a demand beyond
+# that is a typo (and would make pack run for minutes and hold every GPU's layout in memory).
+MAX_FLEET_GPUS = 100_000
+
 
 class MemoryDemand(StrictModel):
     count: int = Field(ge=1)
@@ -74,6 +78,7 @@ class LoadedDemand:
 def _resolve(parsed: DemandFile, catalog: Catalog) -> tuple[list[ModelDemand], list[Finding]]:
     findings: list[Finding] = []
     models: dict[str, ModelDemand] = {}
+    first: dict[str, tuple[str | int, ...]] = {}
     for i, entry in enumerate(parsed.demand):
         path = ("demand", i)
         gpu = catalog.find_gpu(entry.gpu)
@@ -108,7 +113,34 @@ def _resolve(parsed: DemandFile, catalog: Catalog) -> tuple[list[ModelDemand], l
             gib, published = usable_gib(gpu, profile)
             basis = "" if published else ", estimated: NVIDIA publishes no figure"
             model.notes.append(f"{want.count} x >= {want.min_gib:g} GiB -> {profile.name} ({gib:g} GiB usable{basis})")
+        first.setdefault(gpu.name, path)
+    for name, model in models.items():
+        need = gpus_needed(model)
+        if need > MAX_FLEET_GPUS:
+            findings.append(
+                Finding(
+                    first[name],
+                    f"the demand for {name} needs at least {need:,} GPUs; a demand may need at most"
+                    f" {MAX_FLEET_GPUS:,} GPUs of one model (the size of the largest fleets): check the counts",
+                )
+            )
     return list(models.values()), findings
+
+
+def gpus_needed(model: ModelDemand) -> int:
+    """A lower bound on the GPUs a model's demand needs: by compute slices, memory slices and each profile's
+    per-GPU maximum."""
+    geometry = model.gpu.mig
+    if geometry is None or not model.profiles:
+        return 0
+    profiles = [(geometry.by_name[name], count) for name, count in model.profiles.items()]
+    memory = sum(p.memory_slices * c for p, c in profiles)
+    compute = sum(p.compute_slices * c for p, c in profiles)
+    return max(
+        -(-memory // geometry.memory_slices),
+        -(-compute // geometry.compute_slices),
+        *(-(-c // p.max_count) for p, c in profiles),
+    )
 
 
 def load_demand(path: str | FsPath, catalog: Catalog) -> LoadedDemand:

@@ -44,6 +44,8 @@ def resolve_stack(ref: str, root: Path) -> Path:
     if as_path.suffix in (".yaml", ".yml") or "/" in ref:
         if as_path.is_file():
             return as_path
+        if as_path.exists():
+            raise StackNotFound(f"not a regular file: {ref} (a stack is a YAML file)")
         raise StackNotFound(f"no such stack file: {ref}")
     for suffix in (".yaml", ".yml"):
         candidate = root / f"Pulumi.{ref}{suffix}"
