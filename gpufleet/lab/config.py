@@ -22,6 +22,15 @@ def lab_dir() -> Path:
     return path
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write a secret (credentials, a password hash) readable by its owner only: the file is created with mode 0600,
+    never world-readable for a moment, and an existing file is truncated and set to 0600 before it is written."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(fd, 0o600)
+        f.write(text)
+
+
 @contextlib.contextmanager
 def lab_lock(progress: Callable[[str], None] | None = None) -> Iterator[None]:
     """Serialize what labs on this machine share (the image build, libvirt's daemons, the Redfish emulator, SSH

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufleet.lab.config import REDFISH_PORT, lab_dir
+from gpufleet.lab.config import REDFISH_PORT, lab_dir, write_private
 from gpufleet.lab.virt import URI, alive, start_daemon, started_daemons
 
 RESET_TYPES = ("On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "PowerCycle")
@@ -48,8 +48,7 @@ def credentials() -> Credentials:
         data = json.loads(path.read_text())
     else:
         data = {"user": "gpufleet", "password": secrets.token_urlsafe(18)}
-        path.write_text(json.dumps(data))
-        path.chmod(0o600)
+        write_private(path, json.dumps(data))
     return Credentials(f"http://127.0.0.1:{REDFISH_PORT}", data["user"], data["password"])
 
 
@@ -120,8 +119,7 @@ def _write_config(uuids: list[str], creds: Credentials) -> Path:
 
     htpasswd = lab_dir() / "redfish.htpasswd"
     hashed = bcrypt.hashpw(creds.password.encode(), bcrypt.gensalt(rounds=10)).decode()
-    htpasswd.write_text(f"{creds.user}:{hashed}\n")
-    htpasswd.chmod(0o600)
+    write_private(htpasswd, f"{creds.user}:{hashed}\n")
     config = lab_dir() / "sushy.conf"
     config.write_text(
         "# written by gpufleet lab: a Redfish BMC for the lab's libvirt domains only\n"
