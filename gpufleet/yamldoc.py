@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import re
 import stat
 import types
 import typing
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -210,21 +211,36 @@ def parse_yaml(text: str) -> Any:
 def _constructor() -> type:
     from ruamel.yaml.constructor import ConstructorError, RoundTripConstructor
 
+    def refuse(node: Any, what: str) -> ConstructorError:
+        value = str(node.value)
+        shown = value if len(value) <= 40 else f"{value[:20]}... ({len(value)} characters)"
+        return ConstructorError(None, None, f"{shown!r} is not {what}", node.start_mark)
+
     class Constructor(RoundTripConstructor):  # type: ignore[misc]
-        """ruamel's round-trip constructor, with integers it cannot convert reported at their line."""
+        """ruamel's round-trip constructor, with integers and dates it cannot convert reported at their line."""
 
         def construct_yaml_int(self, node: Any) -> Any:
             try:
                 return super().construct_yaml_int(node)
             except (ValueError, IndexError):
-                value = str(node.value)
-                shown = value if len(value) <= 40 else f"{value[:20]}... ({len(value)} characters)"
-                why = "at most 4300 digits, in decimal or 0x/0o/0b with digits"
-                raise ConstructorError(
-                    None, None, f"{shown!r} is not a readable integer: {why}", node.start_mark
-                ) from None
+                why = "a readable integer: at most 4300 digits, in decimal or 0x/0o/0b with digits"
+                raise refuse(node, why) from None
+
+        def construct_yaml_timestamp(self, node: Any, values: Any = None) -> Any:
+            try:
+                return super().construct_yaml_timestamp(node, values)
+            except (ValueError, OverflowError):
+                raise refuse(node, "a valid date or time (YYYY-MM-DD, month 1-12, a day the month has)") from None
+
+        def check_mapping_key(self, node: Any, key_node: Any, mapping: Any, key: Any, value: Any) -> Any:
+            try:
+                return super().check_mapping_key(node, key_node, mapping, key, value)
+            except TypeError:  # a key holding a mapping or list: Python cannot hash it
+                why = "a key that holds a mapping or list is not supported; keys are names"
+                raise ConstructorError(None, None, why, key_node.start_mark) from None
 
     Constructor.add_constructor("tag:yaml.org,2002:int", Constructor.construct_yaml_int)
+    Constructor.add_constructor("tag:yaml.org,2002:timestamp", Constructor.construct_yaml_timestamp)
     return Constructor
 
 
@@ -236,7 +252,7 @@ def plain(node: Any) -> Any:
     from ruamel.yaml.scalarint import ScalarInt
 
     if isinstance(node, CommentedMap):
-        return {plain(k): plain(v) for k, v in node.items()}
+        return {_plain_key(plain(k)): plain(v) for k, v in node.items()}
     if isinstance(node, CommentedSeq):
         return [plain(v) for v in node]
     if isinstance(node, ScalarBoolean):
@@ -250,6 +266,16 @@ def plain(node: Any) -> Any:
     if isinstance(node, str):
         return str(node)
     return node
+
+
+def _plain_key(key: Any) -> Any:
+    """A mapping key as a dict key: YAML allows a mapping or a list as a key (``? {a: 1}``), Python does not; such
+    a key is kept as its text, which no model accepts, so it is reported as an unknown key."""
+    if key is None or isinstance(key, str | int | float | bool):
+        return key
+    if isinstance(key, Mapping):
+        return json.dumps({str(k): v for k, v in key.items()}, default=str)
+    return json.dumps(list(key), default=str) if isinstance(key, Iterable) else str(key)
 
 
 class Locator:

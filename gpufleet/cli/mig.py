@@ -91,6 +91,8 @@ def _parse_profiles(args: list[str]) -> dict[str, int]:
         name, _, count = arg.partition("=")
         if count and not (count.isascii() and count.isdigit()):
             raise usage_error(f"{arg!r}: write PROFILE or PROFILE=COUNT, e.g. 1g.10gb=2")
+        if len(count) > 6:
+            raise usage_error(f"{arg[:40]!r}...: a count of at most 6 digits (one GPU holds at most 7 instances)")
         counts[name] = counts.get(name, 0) + (int(count) if count else 1)
     return counts
 

@@ -201,3 +201,41 @@ def test_the_largest_fleet_a_demand_may_need_still_packs(tmp_path: Path):
 def test_pack_output_into_a_missing_directory_or_onto_a_directory_is_a_usage_error(output: str, message: str):
     done = gpufleet("mig", "pack", "--demand", "examples/mig-demand.yaml", "-o", output)
     assert (done.returncode, done.stderr.strip()) == (2, message)
+
+
+# -- found by tests/unit/test_fuzz.py ----------------------------------------------------------------------------
+
+
+def test_an_impossible_date_is_an_error_at_its_line():
+    text = "config:\n  gpufleet:stage: dev\n  gpufleet:region: 2026-13-45\n"
+    assert errors(text) == [
+        "s.yaml:3: YAML: '2026-13-45' is not a valid date or time (YYYY-MM-DD, month 1-12, a day the month has)"
+    ]
+
+
+def test_a_key_holding_a_nested_mapping_is_an_error_at_its_line():
+    text = "config:\n  gpufleet:stage: dev\n  ? {a: {b: 1}}\n  : x\n"
+    assert errors(text) == ["s.yaml:3: YAML: a key that holds a mapping or list is not supported; keys are names"]
+
+
+def test_a_key_holding_a_flat_mapping_is_an_unknown_key():
+    text = "demand:\n  - gpu: T4\n    profiles: {1g.5gb: 1}\n    ? {a: 1}\n    : x\n"
+    assert any("unknown key '{\"a\": 1}'" in e for e in errors_of_demand(text))
+
+
+def errors_of_demand(text: str) -> list[str]:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "demand.yaml"
+        path.write_text(text)
+        return [str(d) for d in load_demand(path, load_catalog()).diagnostics]
+
+
+def test_a_count_of_thousands_of_digits_is_a_usage_error():
+    done = gpufleet("mig", "check", "A100-SXM4-80GB", "1g.10gb=" + "9" * 5000)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "error: '1g.10gb=99999999999999999999999999999999'...: a count of at most 6 digits (one GPU holds at most 7"
+        " instances)"
+    )
