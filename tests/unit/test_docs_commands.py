@@ -88,7 +88,8 @@ def test_every_shell_block_is_runnable_or_says_why_not():
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The repository's tracked files (what a fresh clone has), with the project's virtualenv."""
+    """The repository's tracked files, committed in a git repository of their own (what a fresh clone has: promotion
+    refuses without one), with the project's virtualenv."""
     root = tmp_path_factory.mktemp("docs") / "gpufleet"
     files = subprocess.run(
         ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True, stdin=subprocess.DEVNULL
@@ -100,6 +101,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             target.symlink_to(os.readlink(source))
         elif source.is_file():
             shutil.copy2(source, target)
+    identity = ["-c", "user.name=gpufleet docs", "-c", "user.email=docs@example.invalid"]
+    for args in (["init", "-q"], ["add", "-A"], [*identity, "commit", "-q", "-m", "a fresh clone"]):
+        subprocess.run(["git", *args], cwd=root, capture_output=True, check=True, stdin=subprocess.DEVNULL, timeout=120)
     (root / ".venv").symlink_to(Path(sys.executable).parent.parent)
     return root
 

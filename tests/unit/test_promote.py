@@ -35,7 +35,7 @@ def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         check=False,
-        env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "HOME": str(root)},
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "200", "HOME": str(root), "PYTHONPATH": str(REPO)},
         stdin=subprocess.DEVNULL,
     )
 
