@@ -7,23 +7,22 @@ the previous step proved healthy.
 - **What moves**: the ``gpufleet:release`` block, and only it. The target file is edited as text: the lines of its
   release block are replaced by the source's, so comments, key order and everything outside the block stay
   byte-identical; the result is validated before it is written.
-- **Gates** (refusals say what to do; ``--force`` with a reason overrides them, and the ledger records it):
-  ``earlier_waves`` (every earlier wave of the target's stage runs the release), ``verified`` (the source has a
+- **Order**: a release comes from the previous stage or an earlier wave of the target's stage; any other source
+  (a stage the policy does not list, a skipped stage, a later wave) is refused as ``order``.
+- **Gates** (refusals say what to do; ``--force`` with a reason overrides them and ``order``, and the ledger records
+  it): ``earlier_waves`` (every earlier wave of the target's stage runs the release), ``verified`` (the source has a
   successful verification of the release, and no failed one after it), ``soaked`` (the source's stage soak time
-  has passed since the release's verifications there began to pass; a failed one restarts it). An invalid source
-  or result is never written, forced or not.
-- **Ledger** (``promotion-ledger.jsonl``, committed): one JSON object per line for every deployment,
-  verification and promotion; appended under an exclusive lock with a single ``write``, so concurrent writers
-  never lose or interleave a line.
+  has passed since the release's verifications there began to pass, counted from when they were written; a failed
+  one restarts it). An invalid source or result, or uncommitted changes in either stack, are never forced.
+- **Ledger**: :mod:`gpufleet.promote_ledger` (hash-chained, appended under a lock).
 
-Pure except for the file I/O at the edges (:func:`load_policy`, :class:`Ledger`, :func:`write_target`).
+Pure except for the I/O at the edges (:func:`load_policy`, the git helpers, :meth:`StackFiles.read`,
+:func:`write_target`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import fcntl
 import hashlib
 import json
 import os
@@ -34,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
 from gpufleet.diagnostics import Diagnostic, Finding
+from gpufleet.promote_ledger import Entry, iso, parse_time
 from gpufleet.spec.load import NAMESPACE, load_stack_text, stack_name_from_file
 from gpufleet.spec.models import RegionName
 from gpufleet.spec.models import Stage as StageName
@@ -44,12 +44,24 @@ from gpufleet.spec.types import StrictModel, matching
 from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
 
 POLICY_FILE = "promotion.yaml"
-LEDGER_FILE = "promotion-ledger.jsonl"
 RELEASE_KEY = f"{NAMESPACE}:release"
 Gate = Literal["earlier_waves", "verified", "soaked"]
 GATES: tuple[Gate, ...] = ("earlier_waves", "verified", "soaked")
+ORDER = "order"  # a source out of the policy's order: not a policy gate (always checked), but forceable like one
+FORCEABLE = (*GATES, ORDER)
 
 SoakTime = Annotated[str, matching(r"\d+[mhd]", "a duration in minutes, hours or days, e.g. '30m', '24h', '2d'")]
+
+
+def is_stack_name(name: str) -> bool:
+    """``<stage>-<region>`` as stack files name them (``prod-westeurope``): no path, nothing else."""
+    stage, sep, region = name.partition("-")
+    try:
+        TypeAdapter(StageName).validate_python(stage)
+        TypeAdapter(RegionName).validate_python(region)
+    except ValidationError:
+        return False
+    return bool(sep)
 
 
 def parse_duration(text: str) -> dt.timedelta:
@@ -191,108 +203,62 @@ def replace_release_block(target: str, source: str) -> str:
     return "".join(t_lines[:t_start] + block + t_lines[t_end:])
 
 
-# -- the ledger ------------------------------------------------------------------------------------------------
+# -- the git repository (the stack files must be in one) -------------------------------------------------------
 
-Kind = Literal["deploy", "verify", "promote"]
-Result = Literal["ok", "failed"]
-
-
-def now_utc() -> dt.datetime:
-    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+GIT_TIMEOUT_S = 60
 
 
-def iso(t: dt.datetime) -> str:
-    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+class GitError(RuntimeError):
+    """git is missing or failed: promotion refuses rather than skip a check (the message names the command)."""
 
 
-def parse_time(text: str) -> dt.datetime:
-    """An ISO 8601 time; without a zone it is UTC."""
-    t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
-
-
-class LedgerError(ValueError):
-    """A ledger line that is not a JSON object with the fields every entry has."""
-
-
-class Ledger:
-    """The append-only ledger: one JSON object per line."""
-
-    REQUIRED = ("time", "kind", "stack", "release", "result")
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def append(self, entry: dict[str, Any]) -> None:
-        """Append one entry: one ``write`` of one line, under an exclusive ``flock``, to a file opened with
-        ``O_APPEND``; so two processes appending at once each land their whole line."""
-        missing = [k for k in self.REQUIRED if k not in entry]
-        if missing:
-            raise LedgerError(f"ledger entry without {', '.join(missing)}: {entry}")
-        data = (json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n").encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                written = os.write(fd, data)
-                if written != len(data):
-                    raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
-                os.fsync(fd)
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-    def entries(self) -> list[dict[str, Any]]:
-        if not self.path.is_file():
-            return []
-        out = []
-        with self.path.open(encoding="utf-8") as fh:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise LedgerError(f"{self.path}:{n}: not JSON: {exc.msg}") from None
-                if not isinstance(entry, dict) or any(k not in entry for k in self.REQUIRED):
-                    raise LedgerError(f"{self.path}:{n}: an entry needs {', '.join(self.REQUIRED)}")
-                out.append(entry)
-        return out
-
-
-def git_commit(root: Path) -> str | None:
-    """HEAD of the git repository holding ``root``, if any."""
-    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+def git(root: Path, *args: str) -> str:
+    """``git -C root ARGS``'s output; GitError when git is missing, fails or hangs."""
+    command = f"git {' '.join(args)}"
+    try:
         proc = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            ["git", "-C", str(root), *args],
             capture_output=True,
             text=True,
-            check=True,
+            check=False,
             stdin=subprocess.DEVNULL,
+            timeout=GIT_TIMEOUT_S,
         )
-        return proc.stdout.strip() or None
-    return None
+    except FileNotFoundError:
+        raise GitError(
+            f"git is not installed (or not on PATH): promotion needs it to check the stack files ({command})"
+        ) from None
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GitError(f"'{command}' in {root} could not run: {exc}") from None
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise GitError(
+            f"'{command}' failed in {root}: {why}; promotion needs the stack files in a git repository (git init,"
+            " then commit them)"
+        )
+    return proc.stdout
+
+
+def git_commit(root: Path) -> str:
+    """HEAD of the git repository holding ``root`` (GitError when there is none)."""
+    return git(root, "rev-parse", "HEAD").strip()
 
 
 def uncommitted(root: Path, files: Sequence[Path]) -> set[Path]:
-    """Those of ``files`` that differ from git's HEAD, staged or not, or are untracked (none outside a git
-    repository)."""
+    """Those of ``files`` that differ from git's HEAD, staged or not, or are untracked (GitError outside a git
+    repository, or when git fails)."""
     if not files:
         return set()
+    top = Path(git(root, "rev-parse", "--show-toplevel").strip())
+    listed = git(root, "status", "--porcelain", "-z", "--untracked-files=all", "--", *map(str, files))
+    changed = {(top / entry[3:]).resolve() for entry in listed.split("\0") if len(entry) > 3}
+    return {f for f in files if f.resolve() in changed}
 
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(root), *args], capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL
-        ).stdout
 
-    with contextlib.suppress(OSError, subprocess.CalledProcessError):
-        top = Path(git("rev-parse", "--show-toplevel").strip())
-        listed = git("status", "--porcelain", "-z", "--untracked-files=all", "--", *map(str, files))
-        changed = {(top / entry[3:]).resolve() for entry in listed.split("\0") if len(entry) > 3}
-        return {f for f in files if f.resolve() in changed}
-    return set()
+def last_change(root: Path, file: Path) -> dt.datetime | None:
+    """A committed file's last change: the commit time of the last commit that touched it (None: never committed)."""
+    out = git(root, "log", "-1", "--format=%cI", "--", str(file)).strip()
+    return parse_time(out) if out else None
 
 
 @dataclass
@@ -339,25 +305,46 @@ class StackFiles:
 @dataclass(frozen=True)
 class Verification:
     """A release's verification state on a stack: ``result`` of the latest verification; ``time`` is when the
-    current run of successful verifications began (the soak starts there), or when the latest one failed."""
+    current run of successful verifications began (the soak starts there: the earliest time one of them is known
+    by, see :attr:`Entry.since`), or when the latest one failed."""
 
     time: dt.datetime
     result: str
 
 
-def last_verification(entries: Sequence[dict[str, Any]], stack: str, release: str) -> Verification | None:
+def last_verification(entries: Sequence[Entry], stack: str, release: str) -> Verification | None:
     """How ``release`` has fared on ``stack`` (None: never verified)."""
-    found = [e for e in entries if e["kind"] == "verify" and e["stack"] == stack and e["release"] == release]
-    # by time; of two at the same time, the later line
-    ordered = [e for _, e in sorted(enumerate(found), key=lambda ie: (parse_time(ie[1]["time"]), ie[0]))]
+    found = [e for e in entries if e.kind == "verify" and e.stack == stack and e.release == release]
+    ordered = sorted(found, key=lambda e: (e.time, e.line))  # by time; of two at the same time, the later line
     if not ordered:
         return None
-    if ordered[-1]["result"] != "ok":
-        return Verification(parse_time(ordered[-1]["time"]), ordered[-1]["result"])
+    if ordered[-1].result != "ok":
+        return Verification(ordered[-1].time, ordered[-1].result)
     start = len(ordered) - 1
-    while start > 0 and ordered[start - 1]["result"] == "ok":
+    while start > 0 and ordered[start - 1].result == "ok":
         start -= 1
-    return Verification(parse_time(ordered[start]["time"]), "ok")
+    return Verification(min(e.since for e in ordered[start:]), "ok")
+
+
+def order_problem(policy: Policy, source: str, target: str) -> str | None:
+    """Why ``source`` is not where the policy's order takes ``target``'s release from, or None when it is: a stack
+    of the previous stage, or of an earlier wave of the target's stage."""
+    i, j = policy.position(target) or (0, 0)
+    src = policy.position(source)
+    if src is not None and (src[0] == i - 1 or (src[0] == i and src[1] < j)):
+        return None
+    stage = policy.stages[i]
+    froms = ([f"stage {policy.stages[i - 1].name}"] if i > 0 else []) + (
+        [f"an earlier wave of {stage.name}"] if j else []
+    )
+    allowed = f"a release reaches {target} from {' or '.join(froms)}" if froms else f"nothing is promoted into {target}"
+    if src is None:
+        why = f"{source} is not a stack of {POLICY_FILE} (stage {source.split('-', 1)[0]!r} is not in it)"
+    elif src[0] < i:
+        why = f"{source} skips stage {policy.stages[i - 1].name}"
+    else:
+        why = f"{source} does not come before {target} in {POLICY_FILE}"
+    return f"{why}; {allowed}"
 
 
 def default_source(policy: Policy, target: str) -> str | None:
@@ -392,12 +379,12 @@ def _human(delta: dt.timedelta) -> str:
 
 @dataclass
 class Refusal:
-    gate: str  # one of GATES, or "invalid" / "uncommitted" (never forceable)
+    gate: str  # one of GATES, ORDER, or "invalid" / "uncommitted" (never forceable)
     message: str
 
     @property
     def forceable(self) -> bool:
-        return self.gate in GATES
+        return self.gate in FORCEABLE
 
 
 @dataclass
@@ -418,40 +405,17 @@ class Decision:
         return [r for r in self.refusals if not (force and r.forceable)]
 
 
-def decide(
-    files: StackFiles, policy: Policy, entries: Sequence[dict[str, Any]], source: str, target: str, now: dt.datetime
-) -> Decision:
-    """Everything ``gpufleet promote`` would do and every gate it would refuse on. Pure: ``files`` holds what it
-    reads (:meth:`StackFiles.read` with the policy's stacks)."""
-    tgt_path = files.path(target)
+def _gate_refusals(
+    files: StackFiles,
+    policy: Policy,
+    entries: Sequence[Entry],
+    source: str,
+    target: str,
+    release: str,
+    now: dt.datetime,
+) -> list[Refusal]:
+    """The refusals of the target stage's gates (``earlier_waves``, ``verified``, ``soaked``)."""
     refusals: list[Refusal] = []
-    src_release, src_diags = files.release(source)
-    tgt_release, tgt_diags = files.release(target)
-    for name, diags in ((source, src_diags), (target, tgt_diags)):
-        if diags:
-            lines = "\n  ".join(str(d) for d in diags)
-            refusals.append(Refusal("invalid", f"stack {name} is invalid; fix it first:\n  {lines}"))
-    if src_release is None or tgt_release is None:
-        return Decision(source, target, "", "", {}, refusals, None)
-
-    release, previous = release_hash(src_release), release_hash(tgt_release)
-    keys = list(dict.fromkeys([*tgt_release, *src_release]))
-    pins = {k: (tgt_release.get(k), src_release.get(k)) for k in keys}
-    new_text = replace_release_block(files.texts[target] or "", files.texts[source] or "")
-    result = load_stack_text(new_text, str(tgt_path))
-    if not result.ok:
-        lines = "\n  ".join(str(d) for d in result.diagnostics)
-        refusals.append(Refusal("invalid", f"{target} with {source}'s release would be invalid:\n  {lines}"))
-        new_text = None
-    if target in files.changed:
-        refusals.append(
-            Refusal(
-                "uncommitted",
-                f"{tgt_path.name} has uncommitted changes; commit or stash them first, so the promotion is the only"
-                " change to review",
-            )
-        )
-
     target_pos = policy.position(target)
     gates = policy.stage(target.split("-", 1)[0]).gates if target_pos else list(GATES)  # type: ignore[union-attr]
     if "earlier_waves" in gates and target_pos is not None:
@@ -491,6 +455,47 @@ def decide(
                     f" {src_stage.name} needs {src_stage.soak}: wait until {iso(verified.time + soak)}",
                 )
             )
+    return refusals
+
+
+def decide(
+    files: StackFiles, policy: Policy, entries: Sequence[Entry], source: str, target: str, now: dt.datetime
+) -> Decision:
+    """Everything ``gpufleet promote`` would do and every gate it would refuse on. Pure: ``files`` holds what it
+    reads (:meth:`StackFiles.read` with the policy's stacks)."""
+    tgt_path = files.path(target)
+    refusals: list[Refusal] = []
+    src_release, src_diags = files.release(source)
+    tgt_release, tgt_diags = files.release(target)
+    for name, diags in ((source, src_diags), (target, tgt_diags)):
+        if diags:
+            lines = "\n  ".join(str(d) for d in diags)
+            refusals.append(Refusal("invalid", f"stack {name} is invalid; fix it first:\n  {lines}"))
+    if src_release is None or tgt_release is None:
+        return Decision(source, target, "", "", {}, refusals, None)
+
+    release, previous = release_hash(src_release), release_hash(tgt_release)
+    keys = list(dict.fromkeys([*tgt_release, *src_release]))
+    pins = {k: (tgt_release.get(k), src_release.get(k)) for k in keys}
+    new_text = replace_release_block(files.texts[target] or "", files.texts[source] or "")
+    result = load_stack_text(new_text, str(tgt_path))
+    if not result.ok:
+        lines = "\n  ".join(str(d) for d in result.diagnostics)
+        refusals.append(Refusal("invalid", f"{target} with {source}'s release would be invalid:\n  {lines}"))
+        new_text = None
+    for name in dict.fromkeys((target, source)):
+        if name in files.changed:
+            why = "the promotion is the only change to review" if name == target else "the release moved is committed"
+            refusals.append(
+                Refusal(
+                    "uncommitted",
+                    f"{files.path(name).name} has uncommitted changes; commit or stash them first, so {why}",
+                )
+            )
+    problem = order_problem(policy, source, target)
+    if problem:
+        refusals.append(Refusal(ORDER, f"{problem}; --force --reason TEXT takes it from {source} anyway (recorded)"))
+    refusals += _gate_refusals(files, policy, entries, source, target, release, now)
     return Decision(source, target, release, previous, pins, refusals, new_text)
 
 
@@ -516,10 +521,18 @@ class StackStatus:
     soak_needed: str
     next_from: str | None  # the default source
     next_state: str  # "up to date", "ready", "blocked: ...", "first stage", "invalid"
+    forced: Entry | None = None  # the promotion that brought the release, when it went past gates
 
 
-def status(files: StackFiles, policy: Policy, entries: Sequence[dict[str, Any]], now: dt.datetime) -> list[StackStatus]:
-    """Each stack of the policy: its release, verification, soak and what may move next. Pure (see :func:`decide`)."""
+def forced_promotion(entries: Sequence[Entry], stack: str, release: str | None) -> Entry | None:
+    """The latest promotion of ``release`` into ``stack``, when it was forced (None when it was not, or none)."""
+    promoted = [e for e in entries if e.kind == "promote" and e.stack == stack and e.release == release]
+    return promoted[-1] if promoted and promoted[-1].forced else None
+
+
+def status(files: StackFiles, policy: Policy, entries: Sequence[Entry], now: dt.datetime) -> list[StackStatus]:
+    """Each stack of the policy: its release, verification, soak, what may move next, and whether its release came
+    by a forced promotion. Pure (see :func:`decide`)."""
     out = []
     for stage in policy.stages:
         for w, wave in enumerate(stage.waves, 1):
@@ -542,7 +555,10 @@ def status(files: StackFiles, policy: Policy, entries: Sequence[dict[str, Any]],
                         state = f"blocked ({', '.join(dict.fromkeys(r.gate for r in d.refusals))})"
                     else:
                         state = "up to date"
+                forced = forced_promotion(entries, name, release)
                 out.append(
-                    StackStatus(name, stage.name, region, w, release, verified, soaked, stage.soak, source, state)
+                    StackStatus(
+                        name, stage.name, region, w, release, verified, soaked, stage.soak, source, state, forced
+                    )
                 )
     return out

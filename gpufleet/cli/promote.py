@@ -1,18 +1,22 @@
 """``gpufleet promote``: move a release block to the next stack, record deployments and verifications, show where
-each release runs. The rules are :mod:`gpufleet.promote`'s; this module only parses, prints and exits.
+each release runs, mend a torn ledger line. The rules are :mod:`gpufleet.promote`'s and the ledger
+:mod:`gpufleet.promote_ledger`'s; this module only parses, prints and exits.
 
 ``gpufleet promote TARGET`` is ``gpufleet promote to TARGET`` (the group's default command).
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import click
 import typer
+from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
@@ -25,8 +29,15 @@ from gpufleet.cli.common import (
     load_or_exit,
     out,
     project_root,
+    resolve_or_exit,
     usage_error,
 )
+
+if TYPE_CHECKING:
+    import datetime as dt
+
+    from gpufleet.promote import Decision, Policy, Refusal, StackStatus
+    from gpufleet.promote_ledger import Entry
 
 
 class Outcome(StrEnum):
@@ -60,7 +71,7 @@ promote_app = typer.Typer(
 )
 
 
-def _policy(root: Path) -> Any:
+def _policy(root: Path) -> Policy:
     from gpufleet.promote import load_policy
 
     loaded = load_policy(root)
@@ -71,23 +82,30 @@ def _policy(root: Path) -> Any:
     return loaded.policy
 
 
-def _ledger(root: Path) -> Any:
-    from gpufleet.promote import LEDGER_FILE, Ledger, LedgerError
+@contextlib.contextmanager
+def _refusing() -> Iterator[None]:
+    """A ledger that is not sound (a malformed or torn line, a broken chain) or git missing or failing: say so on
+    one line and exit 1; nothing is written."""
+    from gpufleet.promote import GitError
+    from gpufleet.promote_ledger import LedgerError
 
-    ledger = Ledger(root / LEDGER_FILE)
     try:
-        return ledger, ledger.entries()
-    except LedgerError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        yield
+    except (LedgerError, GitError) as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(EXIT_INVALID) from None
 
 
-def _entry(kind: str, stack: str, release: str, result: str, root: Path, **extra: Any) -> dict[str, Any]:
-    from gpufleet.promote import git_commit, iso, now_utc
+def _stack_name(name: str, what: str) -> str:
+    """``name`` when it is a stack name (``<stage>-<region>``); a usage error otherwise (no paths)."""
+    from gpufleet.promote import is_stack_name
 
-    entry = {"time": iso(extra.pop("at", None) or now_utc()), "kind": kind, "stack": stack, "release": release}
-    entry |= {"result": result, "commit": git_commit(root)}
-    return entry | {k: v for k, v in extra.items() if v is not None}
+    if not is_stack_name(name):
+        raise usage_error(
+            f"{what} {escape(repr(name))} is not a stack name: <stage>-<region> in lowercase letters and digits, e.g."
+            " prod-westeurope"
+        )
+    return name
 
 
 def _apply(root: Path, target: str) -> bool | None:
@@ -136,7 +154,7 @@ def promote_to(
 
     Exit 0 when promoted (or nothing to do, or a dry run that would pass), 1 when refused, 2 on usage errors.
     """
-    from gpufleet.promote import StackFiles, decide, default_source, now_utc
+    from gpufleet.promote import default_source
 
     if force and not (reason and reason.strip()):
         raise usage_error("--force needs --reason TEXT: the ledger records why the gates were forced")
@@ -144,25 +162,24 @@ def promote_to(
         raise usage_error("--reason goes with --force")
     project = project_root(root)
     policy = _policy(project)
+    _stack_name(target, "TARGET")
     if policy.position(target) is None:
-        raise usage_error(f"{target} is not in {project / 'promotion.yaml'}; its stacks: {', '.join(policy.stacks())}")
-    source = source or default_source(policy, target)
-    if source is None:
-        out.print(
-            f"{target} is the first wave of the first stage: nothing is promoted into it. Edit the release block of"
-            f" Pulumi.{target}.yaml, deploy and verify it, then promote onward."
+        raise usage_error(
+            f"{target} is not in {escape(str(project / 'promotion.yaml'))}; its stacks: {', '.join(policy.stacks())}"
         )
-        raise typer.Exit(EXIT_INVALID)
-    if not (project / f"Pulumi.{source}.yaml").is_file():
-        raise usage_error(f"no stack file Pulumi.{source}.yaml in {project}")
-    ledger, entries = _ledger(project)
-    decision = decide(StackFiles.read(project, [*policy.stacks(), source]), policy, entries, source, target, now_utc())
-    blocking = [] if decision.pins and not decision.changes else decision.blocking(force)  # nothing to move
-    forced = [r for r in decision.refusals if r not in blocking]
-    written, applied = False, None
-    if decision.changes and not blocking and not dry_run and decision.new_text is not None:
-        written = True
-        applied = _write(project, ledger, decision, source, target, forced, reason, apply)
+    if source is None:
+        source = default_source(policy, target)
+        if source is None:
+            out.print(
+                f"{target} is the first wave of the first stage: nothing is promoted into it. Edit the release block"
+                f" of Pulumi.{target}.yaml, deploy and verify it, then promote onward."
+            )
+            raise typer.Exit(EXIT_INVALID)
+    elif not (project / f"Pulumi.{_stack_name(source, '--from')}.yaml").is_file():
+        raise usage_error(f"no stack file Pulumi.{source}.yaml in {escape(str(project))}")
+    with _refusing():
+        decision, blocking, forced, written = _decide_and_write(project, policy, source, target, force, reason, dry_run)
+    applied = _apply_and_record(project, target, decision.release) if written and apply else None
     if as_json:
         emit_json(
             {
@@ -179,43 +196,71 @@ def promote_to(
         )
     else:
         _print_decision(decision, source, target, forced, blocking, dry_run, written)
-    if blocking:
-        raise typer.Exit(EXIT_INVALID)
-    if applied is False:
+    if blocking or applied is False:
         raise typer.Exit(EXIT_INVALID)
 
 
-def _write(
-    project: Path, ledger: Any, decision: Any, source: str, target: str, forced: list, reason: str | None, apply: bool
-) -> bool | None:
-    """Write the target's new stack file and its ledger entry; with ``apply``, ``pulumi up`` and its entry too.
-    Returns whether the deployment succeeded (None: not applied)."""
-    from gpufleet.promote import write_target
+def _decide_and_write(
+    project: Path, policy: Policy, source: str, target: str, force: bool, reason: str | None, dry_run: bool
+) -> tuple[Decision, list[Refusal], list[Refusal], bool]:
+    """Decide, and unless refused or a dry run, write the target's stack file and the ledger's entry: all under the
+    ledger's exclusive lock, so a second run at the same time decides on what this one wrote (no promotion twice).
+    Returns the decision, the refusals that block, those forced, and whether it was written."""
+    from gpufleet.promote import StackFiles, decide, git_commit, write_target
+    from gpufleet.promote_ledger import LEDGER_FILE, Ledger, new_entry, now_utc
 
-    write_target(project / f"Pulumi.{target}.yaml", decision.new_text)
-    ledger.append(
-        _entry(
+    with Ledger(project / LEDGER_FILE).locked() as txn:
+        files = StackFiles.read(project, [*policy.stacks(), source])
+        decision = decide(files, policy, txn.entries, source, target, now_utc())
+        blocking = [] if decision.pins and not decision.changes else decision.blocking(force)  # nothing to move
+        forced = [r for r in decision.refusals if r not in blocking]
+        if not decision.changes or blocking or dry_run or decision.new_text is None:
+            return decision, blocking, forced, False
+        entry = new_entry(
             "promote",
             target,
             decision.release,
             "ok",
-            project,
+            now_utc(),
+            git_commit(project),
             **{"from": source, "previous_release": decision.previous},
             pins={k: after for k, (_, after) in decision.pins.items()},
             forced=[r.gate for r in forced] or None,
             reason=reason if forced else None,
         )
-    )
-    if not apply:
-        return None
+        path, before = files.path(target), files.texts[target] or ""
+        write_target(path, decision.new_text)
+        try:
+            txn.append(entry)
+        except BaseException:
+            write_target(path, before)  # no promotion the ledger does not show
+            raise
+    return decision, blocking, forced, True
+
+
+def _apply_and_record(project: Path, target: str, release: str) -> bool | None:
+    """``pulumi up`` for the promoted target and the deployment's ledger entry; None when there is no Pulumi."""
+    from gpufleet.promote import git_commit
+    from gpufleet.promote_ledger import LEDGER_FILE, Ledger, new_entry, now_utc
+
     applied = _apply(project, target)
     if applied is not None:
-        ledger.append(_entry("deploy", target, decision.release, "ok" if applied else "failed", project))
+        with _refusing():
+            result = "ok" if applied else "failed"
+            Ledger(project / LEDGER_FILE).append(
+                new_entry("deploy", target, release, result, now_utc(), git_commit(project))
+            )
     return applied
 
 
 def _print_decision(
-    decision: Any, source: str, target: str, forced: list, blocking: list, dry_run: bool, written: bool
+    decision: Decision,
+    source: str,
+    target: str,
+    forced: list[Refusal],
+    blocking: list[Refusal],
+    dry_run: bool,
+    written: bool,
 ) -> None:
     if decision.pins:
         table = Table(title=f"{source} -> {target}: release {decision.previous} -> {decision.release}")
@@ -223,16 +268,16 @@ def _print_decision(
             table.add_column(col)
         for key, (before, after) in decision.pins.items():
             mark = "" if before == after else "  [yellow]changed[/yellow]"
-            table.add_row(key, str(before), f"{after}{mark}")
+            table.add_row(escape(key), escape(str(before)), f"{escape(str(after))}{mark}")
         out.print(table)
     if decision.pins and not decision.changes:
         out.print(f"nothing to promote: {target} already runs release {decision.release}")
         return
     for r in forced:
-        out.print(f"[yellow]forced[/yellow] ({r.gate}): {r.message}")
+        out.print(f"[yellow]forced[/yellow] ({r.gate}): {escape(r.message)}")
     for r in blocking:
         hint = " (--force --reason TEXT goes past this gate)" if r.forceable else ""
-        out.print(f"[red]refused[/red] ({r.gate}): {r.message}{hint}")
+        out.print(f"[red]refused[/red] ({r.gate}): {escape(r.message)}{hint}")
     if blocking:
         return
     if dry_run:
@@ -267,34 +312,69 @@ def promote_record(
     """Record a deployment or verification outcome for STACK, against the release its stack file pins now.
 
     CI calls this after 'pulumi up' (--kind deploy) and after the verify playbook (--kind verify): a successful
-    verification is what lets the release move on, once the stage's soak time has passed.
+    verification is what lets the release move on, once the stage's soak time has passed (counted from when the
+    record is written, whatever --at says). The stack file must be committed; --at can be neither in the future nor
+    before the last commit that changed the stack file.
     """
-    from gpufleet.promote import LEDGER_FILE, Ledger, parse_time, release_hash
+    from gpufleet.promote import git_commit, release_hash
+    from gpufleet.promote_ledger import LEDGER_FILE, Ledger, new_entry, now_utc, parse_time
 
     project = project_root(root)
+    _stack_name(stack, "STACK")
     pinned = load_or_exit(stack, project, as_json, "nothing recorded")
+    now = now_utc()
     try:
-        when = parse_time(at) if at else None
+        when = parse_time(at) if at else now
     except ValueError:
-        raise usage_error(f"--at {at!r} is not an ISO 8601 time, e.g. 2026-11-20T14:00:00Z") from None
+        raise usage_error(f"--at {escape(repr(at))} is not an ISO 8601 time, e.g. 2026-11-20T14:00:00Z") from None
     release = release_hash(pinned.release.model_dump())
-    entry = _entry(kind.value, stack, release, result.value, project, at=when, note=note)
-    Ledger(project / LEDGER_FILE).append(entry)
+    with _refusing():
+        _check_recordable(project, resolve_or_exit(stack, project).resolve(), when if at else None, now)
+        entry = Ledger(project / LEDGER_FILE).append(
+            new_entry(kind.value, stack, release, result.value, when, git_commit(project), note=note)
+        )
     if as_json:
         emit_json(entry)
     else:
         out.print(f"recorded: {kind.value} {result.value} of release {release} on {stack} at {entry['time']}")
 
 
+def _check_recordable(project: Path, path: Path, at: dt.datetime | None, now: dt.datetime) -> None:
+    """Exit unless an outcome can be recorded for the stack file ``path``: committed (exit 1), and ``at`` (when
+    given) neither after ``now`` nor before the file's last commit (exit 2)."""
+    from gpufleet.promote import last_change, uncommitted
+    from gpufleet.promote_ledger import iso
+
+    if uncommitted(project, [path]):
+        err.print(
+            f"[red]error:[/red] {path.name} has uncommitted changes: commit them first, so the outcome is recorded"
+            " against a committed release (nothing recorded)"
+        )
+        raise typer.Exit(EXIT_INVALID)
+    if at is None:
+        return
+    if at > now:
+        raise usage_error(f"--at {iso(at)} is in the future (now {iso(now)}): record an outcome once it happened")
+    changed = last_change(project, path)
+    if changed is not None and at < changed:
+        raise usage_error(
+            f"--at {iso(at)} is before {path.name} last changed ({iso(changed)}, its last commit): an outcome from"
+            " then is not about the release it pins now"
+        )
+
+
 @promote_app.command("status")
 def promote_status(as_json: JsonOpt = False, root: RootOpt = None) -> None:
-    """Which release each stack runs (stage x region), its verification and soak, and what may move next."""
-    from gpufleet.promote import StackFiles, iso, now_utc, status
+    """Which release each stack runs (stage x region), its verification and soak, what may move next, and the
+    promotions that were forced past gates (with their reasons)."""
+    from gpufleet.promote import StackFiles, status
+    from gpufleet.promote_ledger import LEDGER_FILE, Ledger, iso, now_utc
 
     project = project_root(root)
     policy = _policy(project)
-    _, entries = _ledger(project)
-    rows = status(StackFiles.read(project, policy.stacks()), policy, entries, now_utc())
+    with _refusing():
+        entries = Ledger(project / LEDGER_FILE).entries()
+        rows = status(StackFiles.read(project, policy.stacks()), policy, entries, now_utc())
     if as_json:
         emit_json(
             [
@@ -311,6 +391,7 @@ def promote_status(as_json: JsonOpt = False, root: RootOpt = None) -> None:
                     "soak_needed": r.soak_needed,
                     "next_from": r.next_from,
                     "next": r.next_state,
+                    "forced": _forced_json(r.forced),
                 }
                 for r in rows
             ]
@@ -325,16 +406,47 @@ def promote_status(as_json: JsonOpt = False, root: RootOpt = None) -> None:
         cells = []
         for region in regions:
             r = next((x for x in rows if x.stage == stage.name and x.region == region), None)
-            if r is None:
-                cells.append("")
-                continue
-            if r.verified is None:
-                check = "not verified"
-            elif r.verified.result != "ok":
-                check = "[red]verification failed[/red]"
-            else:
-                check = f"verified, soaked {r.soaked} of {r.soak_needed}"
-            source = f"\nnext from {r.next_from}: {r.next_state}" if r.next_from else f"\n{r.next_state}"
-            cells.append(f"wave {r.wave}: {r.release or 'invalid'}\n{check}{source}")
+            cells.append("" if r is None else _status_cell(r))
         table.add_row(stage.name, *cells)
     out.print(table)
+
+
+def _forced_json(e: Entry | None) -> dict[str, Any] | None:
+    from gpufleet.promote_ledger import iso
+
+    return None if e is None else {"time": iso(e.time), "from": e.source, "gates": list(e.forced), "reason": e.reason}
+
+
+def _status_cell(r: StackStatus) -> str:
+    if r.verified is None:
+        check = "not verified"
+    elif r.verified.result != "ok":
+        check = "[red]verification failed[/red]"
+    else:
+        check = f"verified, soaked {r.soaked} of {r.soak_needed}"
+    source = f"\nnext from {r.next_from}: {r.next_state}" if r.next_from else f"\n{r.next_state}"
+    cell = f"wave {r.wave}: {r.release or 'invalid'}\n{check}{escape(source)}"
+    if r.forced is not None:
+        gates = ", ".join(r.forced.forced)
+        cell += (
+            f"\n[yellow]forced[/yellow] from {escape(str(r.forced.source))} ({gates}): {escape(r.forced.reason or '')}"
+        )
+    return cell
+
+
+@promote_app.command("repair")
+def promote_repair(as_json: JsonOpt = False, root: RootOpt = None) -> None:
+    """Mend a torn last line of the ledger (a write cut off before its end, e.g. by a crash or a full disk): add its
+    newline when it is a whole entry that fits the chain, remove it otherwise. Nothing else is changed; a ledger
+    that is broken elsewhere is refused (restore it from git)."""
+    from gpufleet.promote_ledger import LEDGER_FILE, Ledger
+
+    with _refusing():
+        fixed = Ledger(project_root(root) / LEDGER_FILE).repair()
+    if as_json:
+        emit_json(None if fixed is None else {"line": fixed.line, "action": fixed.action, "text": fixed.text})
+    elif fixed is None:
+        out.print(f"nothing to repair: the last line of {LEDGER_FILE} is whole")
+    else:
+        what = "completed (its newline added)" if fixed.action == "completed" else "removed (it was never recorded)"
+        out.print(f"{LEDGER_FILE}:{fixed.line}: the incomplete last line was {what}: {fixed.text}", markup=False)
