@@ -102,7 +102,7 @@ def _stack_name(name: str, what: str) -> str:
 
     if not is_stack_name(name):
         raise usage_error(
-            f"{what} {escape(repr(name))} is not a stack name: <stage>-<region> in lowercase letters and digits, e.g."
+            f"{what} {name!r} is not a stack name: <stage>-<region> in lowercase letters and digits, e.g."
             " prod-westeurope"
         )
     return name
@@ -165,7 +165,7 @@ def promote_to(
     _stack_name(target, "TARGET")
     if policy.position(target) is None:
         raise usage_error(
-            f"{target} is not in {escape(str(project / 'promotion.yaml'))}; its stacks: {', '.join(policy.stacks())}"
+            f"{target} is not in {project / 'promotion.yaml'}; its stacks: {', '.join(policy.stacks())}"
         )
     if source is None:
         source = default_source(policy, target)
@@ -176,7 +176,7 @@ def promote_to(
             )
             raise typer.Exit(EXIT_INVALID)
     elif not (project / f"Pulumi.{_stack_name(source, '--from')}.yaml").is_file():
-        raise usage_error(f"no stack file Pulumi.{source}.yaml in {escape(str(project))}")
+        raise usage_error(f"no stack file Pulumi.{source}.yaml in {project}")
     with _refusing():
         decision, blocking, forced, written = _decide_and_write(project, policy, source, target, force, reason, dry_run)
     applied = _apply_and_record(project, target, decision.release) if written and apply else None
@@ -326,7 +326,7 @@ def promote_record(
     try:
         when = parse_time(at) if at else now
     except ValueError:
-        raise usage_error(f"--at {escape(repr(at))} is not an ISO 8601 time, e.g. 2026-11-20T14:00:00Z") from None
+        raise usage_error(f"--at {at!r} is not an ISO 8601 time, e.g. 2026-11-20T14:00:00Z") from None
     release = release_hash(pinned.release.model_dump())
     with _refusing():
         _check_recordable(project, resolve_or_exit(stack, project).resolve(), when if at else None, now)
