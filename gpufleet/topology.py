@@ -204,7 +204,7 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
         system_cpu_affinity=reserved_cpus,
         sriov=sriov,
         sriov_device_plugin=_sriov_resources(sriov),
-        gres_conf=_gres(facts, gpus, assignments, cores_by_node),
+        gres_conf=_gres(facts, gpus, assignments, cores_by_node, split.source),
         notes=notes,
     )
 
@@ -263,6 +263,7 @@ class _CpuSplit:
     per_gpu: dict[int, int]  # NUMA node -> the cores each GPU drawing on it got
     choices: dict[int, str]  # NUMA node -> the reason, in words
     aligned: bool  # every GPU's cores are on its own node
+    source: dict[str, int]  # GPU PCI address -> the node its cores are on (its own, unless that has no CPUs)
 
 
 def _split_cpus(
@@ -311,8 +312,9 @@ def _split_cpus(
         choices[node_id] = f"{said}, {len(pcis)} GPU(s): {each} cores each ({why})" + (
             f", {left} left for other work" if left else ""
         )
-    aligned = all(gpu_node[pci] == source for source, pcis in gpus_of.items() for pci in pcis)
-    return _CpuSplit(reserved, gpu_cpus, per_gpu, choices, aligned)
+    source = {pci: node for node, pcis in gpus_of.items() for pci in pcis}
+    aligned = all(gpu_node[pci] == node for pci, node in source.items())
+    return _CpuSplit(reserved, gpu_cpus, per_gpu, choices, aligned, source)
 
 
 def _gpu_sources(
@@ -525,9 +527,11 @@ def _gres(
     gpus: Sequence[Mapping[str, Any]],
     assignments: Sequence[GpuAssignment],
     cores_by_node: Mapping[int, list[Core]],
+    source: Mapping[str, int],
 ) -> list[str]:
-    """Slurm gres.conf lines: logical core indices (socket-major, lstopo's Core L#) of the GPU's NUMA node; Slurm's
-    gres.conf(5) advises naming all cores of the socket or NUMA node, since it co-allocates at that level."""
+    """Slurm gres.conf lines: logical core indices (socket-major, lstopo's Core L#) of the NUMA node the GPU's cores
+    are on (its own; for a GPU on a node without CPUs, the node it takes its cores from); Slurm's gres.conf(5) advises
+    naming all cores of the socket or NUMA node, since it co-allocates at that level."""
     logical = {
         tuple(c["cpus"]): i for i, c in enumerate(sorted(facts["cores"], key=lambda c: (c["package"], c["cpus"][0])))
     }
@@ -535,7 +539,7 @@ def _gres(
     gres: list[str] = []
     amd = 0
     for a in assignments:
-        node_cores = sorted(logical[tuple(c)] for c in cores_by_node.get(a.numa_node or 0, []))
+        node_cores = sorted(logical[tuple(c)] for c in cores_by_node[source[a.pci]])
         device = f"/dev/nvidia{a.index}" if vendors[a.pci] == "10de" else f"/dev/dri/renderD{128 + amd}"
         amd += vendors[a.pci] != "10de"
         gres.append(f"Name=gpu Type={str(a.model).lower()} File={device} Cores={format_cpulist(node_cores)}")

@@ -188,6 +188,27 @@ def test_unknown_numa_on_a_one_node_host_uses_that_node_and_says_so():
     assert p.sriov_device_plugin["resourceList"][0]["resourceName"] == "ethernet_numa_unknown"
 
 
+def test_a_gpu_on_a_numa_node_without_cpus_takes_cores_of_another_node_and_keeps_its_hugepages(tmp_path: Path):
+    """The documented fallback for a memory-only node: its GPU takes cores of the node with most to spare (topology
+    manager `restricted`), its hugepages stay on its own node, and its gres.conf line names the cores of the node it
+    takes them from (it used to say an empty `Cores=`)."""
+    import shutil
+
+    root = tmp_path / "hgx-h200"
+    shutil.copytree(HOSTS / "hgx-h200", root)
+    shutil.copytree(root / "sys/devices/system/node/node1", root / "sys/devices/system/node/node2")
+    (root / "sys/devices/system/node/node2/cpulist").write_text("\n")
+    (root / "sys/bus/pci/devices/0000:19:00.0/numa_node").write_text("2\n")  # GPU 0, on node 0 before
+    p = plan(read_host(str(root), CATALOG_MAP), TuningProfile(hugepages_1g_per_gpu=2), "h200")
+    gpu = p.gpus[0]
+    assert (gpu.pci, gpu.numa_node) == ("0000:19:00.0", 2)
+    assert set(gpu.cpus) <= set(range(48)) | set(range(96, 144))  # node 0's CPUs
+    assert {"numa_node": 2, "size_kib": 1048576, "count": 2} in p.hugepages
+    assert p.gres_conf[0] == "Name=gpu Type=h200-sxm-141gb File=/dev/nvidia0 Cores=0-47"
+    assert p.kubelet["topologyManagerPolicy"] == "restricted"
+    assert "NUMA node 2 has no CPUs; its GPUs take cores of node 0" in p.notes
+
+
 def test_a_lab_vm_plans_the_same_before_and_after_its_tuning():
     """Recorded from one lab VM before its first converge and after it rebooted into its plan (1 GiB and 2 MiB pages
     allocated, VFs created, kernel arguments in place): the plan must not move, or every converge would change it."""
