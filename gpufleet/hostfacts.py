@@ -12,13 +12,23 @@ a host, a recorded tree in tests), from these paths only:
 - ``proc/cpuinfo`` (CPU vendor), ``proc/cmdline``, ``proc/meminfo``, ``proc/sys/kernel/osrelease``
 
 A device whose ``numa_node`` is ``-1`` is reported with ``numa_node: None`` (unknown), never as node 0.
+
+Facts that cannot be read or make no sense raise :class:`FactsError` naming the file and the reason, never a
+guess: a file that is not a regular file (a FIFO, ``/dev/zero``, a directory), cannot be opened (a symlink loop),
+is larger than :data:`MAX_FILE_BYTES`, is not UTF-8 or does not parse (a garbage or reversed CPU list); a NUMA
+node without its ``cpulist`` or ``meminfo``; CPUs that two nodes or two cores claim (SMT sibling lists that
+disagree), an online CPU in no node; a device whose ``numa_node`` names a node the host does not have. A file
+that does not exist is the documented default where one is listed below (an offline CPU has no topology, most
+devices have no SR-IOV files). Files are opened non-blocking and read up to a bound, so nothing here waits on a
+FIFO or reads a device file without end.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+import stat
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 # PCI classes (class code and subclass, the first four hex digits of the 24-bit class)
@@ -26,21 +36,49 @@ GPU_CLASSES = {"10de": ("0300", "0302"), "1002": ("0380", "1200")}
 NIC_CLASSES = {"0200": "ethernet", "0207": "infiniband"}
 NVSWITCH_CLASS = "0680"
 NVIDIA = "10de"
+# A sysfs attribute holds at most a page (4 KiB, 64 KiB on some arm64 kernels); the procfs files read here a few
+# KiB, except proc/cpuinfo, of which only the head is read (its first CPU names the vendor).
+MAX_FILE_BYTES = 1024 * 1024
+CPUINFO_HEAD_BYTES = 64 * 1024
+# CPU numbers in a CPU list stay below this (Linux allows at most 8192 CPUs today); a list beyond is garbage.
+MAX_CPUS = 65536
+_CPU_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+class FactsError(ValueError):
+    """A host's facts that cannot be read or make no sense: ``path`` names the sysfs/procfs file (below the host
+    root), ``reason`` says what is wrong with it."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path, self.reason = path, reason
+        super().__init__(f"{path}: {reason}")
 
 
 def parse_cpulist(text: str) -> list[int]:
-    """``0-3,8,10-11`` -> ``[0, 1, 2, 3, 8, 10, 11]``."""
-    cpus = []
+    """``0-3,8,10-11`` -> ``[0, 1, 2, 3, 8, 10, 11]``; blank text is no CPU. Raises ``ValueError`` for anything else
+    (a part that is no number or range, a reversed range like ``7-0``, a CPU number from ``MAX_CPUS`` on)."""
+    cpus: set[int] = set()
+    if not text.strip():
+        return []
     for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            cpus.extend(range(int(lo), int(hi) + 1))
-        else:
-            cpus.append(int(part))
-    return sorted(set(cpus))
+        m = _CPU_RANGE.fullmatch(part.strip())
+        if not m:
+            raise ValueError(f"{part.strip()[:40]!r} is neither a CPU number nor a range like 0-3")
+        low = int(m.group(1))
+        high = int(m.group(2)) if m.group(2) is not None else low
+        if high < low:
+            raise ValueError(f"the range {low}-{high} is reversed")
+        if high >= MAX_CPUS:
+            raise ValueError(f"CPU {high} is beyond any kernel's {MAX_CPUS} CPUs")
+        cpus.update(range(low, high + 1))
+    return sorted(cpus)
 
 
 def format_cpulist(cpus: Iterable[int]) -> str:
@@ -57,22 +95,66 @@ def format_cpulist(cpus: Iterable[int]) -> str:
     return ",".join(parts)
 
 
-def _read(path: str, default: str | None = None) -> str | None:
+def _read(path: str, default: str | None = None, head: int | None = None) -> str | None:
+    """The text of the regular file ``path``, or ``default`` when it does not exist. Opened non-blocking (a FIFO
+    does not wait for a writer) and refused unless regular; at most ``MAX_FILE_BYTES`` (or, with ``head``, its first
+    ``head`` bytes, whole lines). Raises :class:`FactsError` for anything else."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
         return default
+    except OSError as exc:
+        raise FactsError(path, f"cannot be read: {exc.strerror or exc}") from None
+    limit = head or MAX_FILE_BYTES
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _FILE_KINDS if test(mode)), "something else")
+            raise FactsError(path, f"is {kind}, not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:  # a procfs file says size 0: read until the end, or one byte past the limit
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    except OSError as exc:
+        raise FactsError(path, f"cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        if head is None:
+            raise FactsError(path, f"is larger than {limit // 1024} KiB, more than any sysfs or procfs file read here")
+        data = data[:limit].rpartition(b"\n")[0]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FactsError(path, f"is not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start})") from None
 
 
 def _int(path: str, default: int | None = None) -> int | None:
+    """The integer in ``path`` (decimal, or ``0x`` hex), ``default`` when the file does not exist."""
     text = _read(path)
     if text is None:
         return default
     try:
         return int(text.strip(), 0)
     except ValueError:
-        return default
+        raise FactsError(path, f"holds {text.strip()[:40]!r}, not an integer") from None
+
+
+def _cpulist(path: str, default: str | None = None) -> list[int]:
+    """The CPU list in ``path``; a missing file reads as ``default``, or is refused when there is none (a NUMA
+    node's ``cpulist``)."""
+    text = _read(path, default)
+    if text is None:
+        raise FactsError(path, "is missing (the kernel writes one for every NUMA node)")
+    try:
+        return parse_cpulist(text)
+    except ValueError as exc:
+        raise FactsError(path, f"is not a CPU list: {exc}") from None
 
 
 def _hex4(path: str) -> str:
@@ -81,50 +163,68 @@ def _hex4(path: str) -> str:
     return text[2:] if text.startswith("0x") else text
 
 
-def _numbered(directory: str, prefix: str) -> list[tuple[int, str]]:
+def _listdir(directory: str) -> list[str]:
+    """The names in ``directory``; none when it does not exist. Raises :class:`FactsError` when it cannot be listed
+    (a symlink loop, a file where a directory belongs)."""
     try:
-        names = os.listdir(directory)
-    except OSError:
+        return os.listdir(directory)
+    except FileNotFoundError:
         return []
-    out = []
-    for name in names:
-        m = re.match(rf"^{prefix}(\d+)$", name)
+    except OSError as exc:
+        raise FactsError(directory, f"cannot be listed: {exc.strerror or exc}") from None
+
+
+def _numbered(directory: str, prefix: str) -> list[tuple[int, str]]:
+    out: dict[int, str] = {}
+    for name in _listdir(directory):
+        m = re.match(rf"^{prefix}([0-9]+)$", name)
         if m:
-            out.append((int(m.group(1)), os.path.join(directory, name)))
-    return sorted(out)
+            number = int(m.group(1))
+            if number in out:
+                raise FactsError(directory, f"holds both {os.path.basename(out[number])} and {name}")
+            out[number] = os.path.join(directory, name)
+    return sorted(out.items())
 
 
 def _interfaces(path: str) -> list[str]:
     """Network interface names of a PCI device: under ``net/``, or for virtio devices under ``virtio<N>/net/``."""
     names: list[str] = []
     for _, dev in [(0, path), *_numbered(path, "virtio")]:
-        net = os.path.join(dev, "net")
-        if os.path.isdir(net):
-            names += os.listdir(net)
+        names += _listdir(os.path.join(dev, "net"))
     return sorted(names)
 
 
 def _numa(path: str) -> int | None:
-    node = _int(os.path.join(path, "numa_node"))
+    """A device's NUMA node; ``None`` for the kernel's ``-1`` (no affinity) or no ``numa_node`` file."""
+    where = os.path.join(path, "numa_node")
+    node = _int(where)
+    if node is not None and node < -1:
+        raise FactsError(where, f"holds {node}: not a NUMA node (-1 means none)")
     return None if node is None or node < 0 else node
 
 
 def read_numa_nodes(root: str) -> list[dict[str, Any]]:
+    """NUMA nodes: CPUs, memory and hugepages per size. Every node directory has ``cpulist`` and ``meminfo``."""
     nodes = []
     for node_id, path in _numbered(os.path.join(root, "sys/devices/system/node"), "node"):
-        meminfo = _read(os.path.join(path, "meminfo"), "")
-        m = re.search(r"MemTotal:\s+(\d+)\s+kB", meminfo)
+        meminfo_path = os.path.join(path, "meminfo")
+        meminfo = _read(meminfo_path)
+        if meminfo is None:
+            raise FactsError(meminfo_path, "is missing (the kernel writes one for every NUMA node)")
+        m = re.search(r"MemTotal:\s+([0-9]+)\s+kB", meminfo)
+        if not m:
+            raise FactsError(meminfo_path, "has no 'MemTotal: <n> kB' line")
         hugepages = {}
         hp_dir = os.path.join(path, "hugepages")
-        for name in sorted(os.listdir(hp_dir)) if os.path.isdir(hp_dir) else []:
-            size = re.match(r"^hugepages-(\d+)kB$", name)
+        for name in sorted(_listdir(hp_dir)):
+            size = re.match(r"^hugepages-([0-9]+)kB$", name)
             if size:
                 hugepages[size.group(1)] = _int(os.path.join(hp_dir, name, "nr_hugepages"), 0)
         nodes.append(
             {
                 "id": node_id,
-                "cpus": parse_cpulist(_read(os.path.join(path, "cpulist"), "")),
-                "memory_kib": int(m.group(1)) if m else 0,
+                "cpus": _cpulist(os.path.join(path, "cpulist")),
+                "memory_kib": int(m.group(1)),
                 "hugepages": hugepages,
             }
         )
@@ -132,7 +232,9 @@ def read_numa_nodes(root: str) -> list[dict[str, Any]]:
 
 
 def read_cores(root: str, cpu_node: dict[int, int]) -> list[dict[str, Any]]:
-    """Physical cores: package, core id, the CPUs (SMT siblings) on it, its NUMA node."""
+    """Physical cores: package, core id, the CPUs (SMT siblings) on it, its NUMA node. A CPU without
+    ``physical_package_id`` or ``core_id`` is offline and left out; without ``thread_siblings_list``, it is a core of
+    its own."""
     cores = {}
     for cpu, path in _numbered(os.path.join(root, "sys/devices/system/cpu"), "cpu"):
         topo = os.path.join(path, "topology")
@@ -140,7 +242,7 @@ def read_cores(root: str, cpu_node: dict[int, int]) -> list[dict[str, Any]]:
         core = _int(os.path.join(topo, "core_id"))
         if package is None or core is None:
             continue  # offline CPU: no topology
-        siblings = parse_cpulist(_read(os.path.join(topo, "thread_siblings_list"), str(cpu)))
+        siblings = _cpulist(os.path.join(topo, "thread_siblings_list"), str(cpu))
         key = (package, core, siblings[0] if siblings else cpu)
         entry = cores.setdefault(key, {"package": package, "core": core, "cpus": [], "numa_node": cpu_node.get(cpu)})
         entry["cpus"] = sorted(set(entry["cpus"]) | set(siblings) | {cpu})
@@ -150,12 +252,12 @@ def read_cores(root: str, cpu_node: dict[int, int]) -> list[dict[str, Any]]:
 def read_pci(root: str, gpu_catalog: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     gpus, nics, nvswitches, sriov = [], [], [], []
     base = os.path.join(root, "sys/bus/pci/devices")
-    for addr in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+    for addr in sorted(_listdir(base)):
         path = os.path.join(base, addr)
         vendor, device = _hex4(os.path.join(path, "vendor")), _hex4(os.path.join(path, "device"))
         cls = (_read(os.path.join(path, "class"), "") or "").strip().lower()
         cls = (cls[2:] if cls.startswith("0x") else cls)[:4]
-        is_vf = os.path.exists(os.path.join(path, "physfn"))
+        is_vf = os.path.lexists(os.path.join(path, "physfn"))
         common = {
             "pci": addr,
             "vendor": vendor,
@@ -168,7 +270,7 @@ def read_pci(root: str, gpu_catalog: dict[str, Any]) -> dict[str, list[dict[str,
         if cls in GPU_CLASSES.get(vendor, ()) and not is_vf:
             known = gpu_catalog.get(f"{vendor}:{device}") or {}
             gpu = dict(common)
-            gpu["local_cpus"] = parse_cpulist(_read(os.path.join(path, "local_cpulist"), ""))
+            gpu["local_cpus"] = _cpulist(os.path.join(path, "local_cpulist"), "")
             gpu["model"] = known.get("model")
             gpu["mig_capable"] = known.get("mig")
             gpus.append(gpu)
@@ -190,18 +292,71 @@ def read_pci(root: str, gpu_catalog: dict[str, Any]) -> dict[str, list[dict[str,
     return {"gpus": gpus, "nics": nics, "nvswitches": nvswitches, "sriov_devices": sriov}
 
 
+def check_facts(facts: Mapping[str, Any]) -> None:
+    """Raise :class:`FactsError` unless the facts agree with each other: every CPU of a core on one NUMA node, the
+    one whose ``cpulist`` lists it, and in no other core or node; every device's NUMA node one the host has. The
+    error names the sysfs file (below ``facts["host_root"]``) that says otherwise. :func:`read_host` and the
+    topology planner call it."""
+    root = facts.get("host_root") or ""
+    nodes = "sys/devices/system/node"
+    node_of: dict[int, int] = {}
+    seen: set[int] = set()
+    for node in facts["numa_nodes"]:
+        if node["id"] in seen:
+            raise FactsError(os.path.join(root, nodes), f"names NUMA node {node['id']} twice")
+        seen.add(node["id"])
+        for cpu in node["cpus"]:
+            if cpu in node_of:
+                raise FactsError(
+                    os.path.join(root, f"{nodes}/node{node['id']}/cpulist"),
+                    f"lists CPU {cpu}, which node{node_of[cpu]}/cpulist lists too",
+                )
+            node_of[cpu] = node["id"]
+    core_of: dict[int, list[int]] = {}
+    for core in facts["cores"]:
+        siblings = os.path.join(root, f"sys/devices/system/cpu/cpu{core['cpus'][0]}/topology/thread_siblings_list")
+        for cpu in core["cpus"]:
+            if cpu in core_of:
+                both = format_cpulist([*core_of[cpu], *core["cpus"]])
+                raise FactsError(
+                    siblings,
+                    f"CPU {cpu} is in the core {format_cpulist(core['cpus'])} here and in the core"
+                    f" {format_cpulist(core_of[cpu])}: the thread_siblings_list files of CPUs {both} disagree",
+                )
+            core_of[cpu] = core["cpus"]
+            if cpu not in node_of:
+                raise FactsError(
+                    siblings, f"CPU {cpu} of the core {format_cpulist(core['cpus'])} is in no {nodes}/node*/cpulist"
+                )
+            if node_of[cpu] != core["numa_node"]:
+                raise FactsError(
+                    siblings,
+                    f"the SMT siblings {format_cpulist(core['cpus'])} are not all on NUMA node {core['numa_node']}:"
+                    f" {nodes}/node{node_of[cpu]}/cpulist lists CPU {cpu}",
+                )
+    ids = sorted(seen)
+    for kind in ("gpus", "nics", "nvswitches", "sriov_devices"):
+        for dev in facts.get(kind, []):
+            if dev["numa_node"] is not None and dev["numa_node"] not in ids:
+                raise FactsError(
+                    os.path.join(root, f"sys/bus/pci/devices/{dev['pci']}/numa_node"),
+                    f"names NUMA node {dev['numa_node']}, which {nodes} does not have"
+                    f" ({'nodes ' + format_cpulist(ids) if ids else 'no node'})",
+                )
+
+
 def read_host(host_root: str = "/", gpu_catalog: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the topology planner needs, as plain JSON-serializable data.
 
     ``gpu_catalog`` maps ``vendor:device`` (``10de:2330``) to ``{"model": ..., "mig": bool}``; GPUs not in it are
-    reported with ``model: None``."""
+    reported with ``model: None``. Raises :class:`FactsError` (see the module docstring)."""
     root = host_root
     nodes = read_numa_nodes(root)
     cpu_node = {cpu: n["id"] for n in nodes for cpu in n["cpus"]}
-    cpuinfo = _read(os.path.join(root, "proc/cpuinfo"), "")
+    cpuinfo = _read(os.path.join(root, "proc/cpuinfo"), "", head=CPUINFO_HEAD_BYTES)
     vendor = re.search(r"^vendor_id\s*:\s*(\S+)", cpuinfo, re.M)
     meminfo = _read(os.path.join(root, "proc/meminfo"), "")
-    total = re.search(r"^MemTotal:\s+(\d+)\s+kB", meminfo, re.M)
+    total = re.search(r"^MemTotal:\s+([0-9]+)\s+kB", meminfo, re.M)
     cores = read_cores(root, cpu_node)
     facts = {
         "host_root": host_root,
@@ -214,4 +369,5 @@ def read_host(host_root: str = "/", gpu_catalog: dict[str, Any] | None = None) -
         "smt": any(len(c["cpus"]) > 1 for c in cores),
     }
     facts.update(read_pci(root, gpu_catalog or {}))
+    check_facts(facts)
     return facts

@@ -19,7 +19,10 @@ same), and a :class:`~gpufleet.spec.models.TuningProfile`. Output: a :class:`Top
 - Slurm ``gres.conf`` lines.
 
 Inputs that cannot work (a GPU the catalog does not know, too few cores for the GPUs' minimum, hugepages beyond a
-node's memory...) raise :class:`TopologyError` naming the host and the reason.
+node's memory...) raise :class:`TopologyError` naming the host and the reason. Facts that contradict each other (a
+CPU in two cores, a device on a NUMA node the host does not have...) raise
+:class:`gpufleet.hostfacts.FactsError` naming the sysfs file, as :func:`gpufleet.hostfacts.read_host` does for
+facts it cannot read: bad facts always surface as ``FactsError``, never as another exception.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpufleet.hostfacts import format_cpulist
+from gpufleet.hostfacts import check_facts, format_cpulist
 from gpufleet.spec.models import TuningProfile
 
 MIB_PER_GIB = 1024
@@ -158,11 +161,15 @@ def _mi(mib: int) -> str:
 
 
 def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -> TopologyPlan:
-    """The tuning plan of one host (see the module docstring). Raises :class:`TopologyError`."""
+    """The tuning plan of one host (see the module docstring).
+
+    Raises :class:`gpufleet.hostfacts.FactsError` (path and reason) when the facts are malformed or contradict each
+    other, and :class:`TopologyError` (host and reason) when the profile cannot work on the host."""
+    check_facts(facts)
     nodes = {n["id"]: n for n in facts["numa_nodes"]}
     if not nodes:
         raise TopologyError(host, "no NUMA node found under sys/devices/system/node")
-    cores_by_node = _cores_by_node(facts, nodes, host)
+    cores_by_node = _cores_by_node(facts, host)
     notes: list[str] = []
     gpus = sorted(facts["gpus"], key=lambda g: g["pci"])  # PCI bus order: that is /dev/nvidia<i>'s order
     gpu_node = _gpu_nodes(gpus, nodes, host, notes)
@@ -214,12 +221,11 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
 Core = list[int]  # the CPUs of one physical core: SMT siblings together
 
 
-def _cores_by_node(facts: Mapping[str, Any], nodes: Mapping[int, Any], host: str) -> dict[int, list[Core]]:
-    """Each NUMA node's physical cores in CPU order (a core without a node goes to the first node)."""
+def _cores_by_node(facts: Mapping[str, Any], host: str) -> dict[int, list[Core]]:
+    """Each NUMA node's physical cores in CPU order (every core has its node: :func:`check_facts`)."""
     cores_by_node: dict[int, list[Core]] = defaultdict(list)
     for core in facts["cores"]:
-        node = core["numa_node"]
-        cores_by_node[node if node is not None else min(nodes)].append(core["cpus"])
+        cores_by_node[core["numa_node"]].append(core["cpus"])
     if not cores_by_node:
         raise TopologyError(host, "no CPU topology found under sys/devices/system/cpu")
     for core_list in cores_by_node.values():

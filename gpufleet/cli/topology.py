@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
+from rich.markup import escape
 
 from gpufleet.cli.common import (
     EXIT_INVALID,
@@ -107,30 +110,59 @@ def topology_plan(
 ) -> None:
     """The NUMA tuning plan of one host: CPUs per GPU, reserved and isolated CPUs, hugepages per node, kernel
     arguments, kubelet CPU/topology/memory managers, SR-IOV VFs, Slurm gres.conf. Each node's line says how its
-    cores were split. Exit 1 when the profile cannot work on the host (too few cores for the GPUs, a GPU the catalog
+    cores were split. Exit 1 when the host's facts are wrong (one line naming the sysfs file: a garbage CPU list, a
+    FIFO, a symlink loop...) or the profile cannot work on the host (too few cores for the GPUs, a GPU the catalog
     does not know...), 2 for a usage error."""
     from gpufleet.catalog import load_catalog
-    from gpufleet.hostfacts import read_host
+    from gpufleet.hostfacts import FactsError, read_host
     from gpufleet.topology import TopologyError, plan
 
     tuning = _with_overrides(_tuning_profile(profile, stack, root), cores_per_gpu, reserve_cores)
-    name = host or host_root.resolve().name or "localhost"
-    if not (host_root / "sys/devices/system/node").is_dir():
-        raise usage_error(f"{host_root} has no sys/devices/system/node: not a host root")
+    name = host or os.path.basename(os.path.realpath(host_root)) or "localhost"
     catalog = load_catalog().gpus_by_pci_id
-    facts = read_host(str(host_root), catalog)
     try:
+        _check_host_root(host_root)
+        facts = read_host(str(host_root), catalog)
         result = plan(facts, tuning, name)
+    except FactsError as exc:
+        _refuse(name, f"host {name}: {exc}", {"error": str(exc), "path": exc.path}, as_json)
     except TopologyError as exc:
-        if as_json:
-            emit_json({"host": name, "ok": False, "error": exc.reason})
-        else:
-            err.print(f"[red]error:[/red] {exc}", markup=True)
-        raise typer.Exit(EXIT_INVALID) from None
+        _refuse(name, str(exc), {"error": exc.reason}, as_json)
     if as_json:
         emit_json(result.to_dict())
         return
     _render_topology(result, facts)
+
+
+def _check_host_root(host_root: Path) -> None:
+    """Exit 2 unless ``host_root`` holds ``sys/devices/system/node``; a path there that cannot be followed (a
+    symlink loop) is a :class:`~gpufleet.hostfacts.FactsError`."""
+    from gpufleet.hostfacts import FactsError
+
+    node_dir = os.path.join(host_root, "sys/devices/system/node")
+    try:
+        is_dir = stat.S_ISDIR(os.stat(node_dir).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        is_dir = False
+    except OSError as exc:
+        raise FactsError(node_dir, f"cannot be read: {exc.strerror or exc}") from None
+    if not is_dir:
+        raise usage_error(f"{escape(_printable(str(host_root)))} has no sys/devices/system/node: not a host root")
+
+
+def _refuse(host: str, message: str, detail: dict[str, Any], as_json: bool) -> NoReturn:
+    """Exit 1 with ``message`` on one line (stderr), or with ``{host, ok: false, **detail}`` under ``--json``."""
+    if as_json:
+        emit_json({"host": host, "ok": False, **detail})
+    else:
+        err.print(f"[red]error:[/red] {escape(_printable(message))}", emoji=False)
+    raise typer.Exit(EXIT_INVALID)
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters (newlines, terminal escapes) written as escapes: one line, no raw codes.
+    Host text (sysfs names, procfs values) goes through it, and through ``escape`` where markup is on."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _render_topology(p: Any, facts: dict[str, Any]) -> None:

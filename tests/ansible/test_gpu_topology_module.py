@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,13 @@ def test_plan_filter_refusal_fails_the_task_with_the_reason(tmp_path: Path):
 def test_module_check_mode_and_missing_root(tmp_path: Path):
     proc = run_playbook(tmp_path, tmp_path / "nowhere")
     assert proc.returncode != 0 and "no NUMA node under" in proc.stdout
+
+
+def test_module_fails_naming_the_file_when_a_fact_is_garbage(tmp_path: Path):
+    root = tmp_path / "lab-vm"
+    shutil.copytree(FIXTURES / "hosts/lab-vm", root)
+    (root / "sys/devices/system/node/node1/cpulist").write_text("3-2\n")
+    proc = run_playbook(tmp_path, root)
+    assert proc.returncode != 0
+    assert f"{root}/sys/devices/system/node/node1/cpulist: is not a CPU list: the range 3-2 is reversed" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr

@@ -78,6 +78,7 @@ def gpufleet_topology_plan(facts: dict[str, Any], profile: dict[str, Any] | None
     """The topology plan (gpufleet.topology.plan) of one host's ``gpu_topology`` facts and a tuning profile."""
     from pydantic import ValidationError
 
+    from gpufleet.hostfacts import FactsError
     from gpufleet.spec.models import TuningProfile
     from gpufleet.topology import TopologyError, plan
 
@@ -90,6 +91,8 @@ def gpufleet_topology_plan(facts: dict[str, Any], profile: dict[str, Any] | None
         return plan(facts, tuning, host).to_dict()
     except TopologyError as exc:
         raise AnsibleFilterError(str(exc)) from exc
+    except FactsError as exc:
+        raise AnsibleFilterError(f"host {host}: {exc}") from exc
 
 
 def gpufleet_grubby_commands(info: str, add: list[str], remove: list[str]) -> list[list[str]]:
@@ -126,7 +129,10 @@ def gpufleet_cpus(text: str) -> list[int]:
     joined = ",".join(str(text).split())
     if not re.fullmatch(r"(\d+(-\d+)?(,\d+(-\d+)?)*)?", joined):
         raise AnsibleFilterError(f"gpufleet_cpus: {text!r} is not a CPU list")
-    return parse_cpulist(joined)
+    try:
+        return parse_cpulist(joined)
+    except ValueError as exc:  # a reversed range (7-0), a CPU number no kernel has
+        raise AnsibleFilterError(f"gpufleet_cpus: {text!r} is not a CPU list: {exc}") from exc
 
 
 class FilterModule:

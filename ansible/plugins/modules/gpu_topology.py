@@ -15,6 +15,8 @@ description:
     0x0302, AMD class 0x0380 or 0x1200) with the catalog model, NICs (Ethernet 0x0200, InfiniBand 0x0207) with
     interface names and SR-IOV totals, NVSwitches (NVIDIA class 0x0680), CPU vendor, kernel, command line.
   - A device whose numa_node is -1 is reported with numa_node null (unknown), never as node 0.
+  - Fails with the file and the reason (C(path), C(msg)) when a fact cannot be read or contradicts another (a garbage
+    CPU list, a FIFO or device file, a symlink loop, a device on a NUMA node the host does not have).
   - Changes nothing; supports check mode.
 options:
   host_root:
@@ -46,7 +48,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpufleet_hostfacts import read_host
+from ansible.module_utils.gpufleet_hostfacts import FactsError, read_host
 
 
 def main() -> None:
@@ -57,7 +59,10 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    facts = read_host(module.params["host_root"], module.params["gpu_catalog"])
+    try:
+        facts = read_host(module.params["host_root"], module.params["gpu_catalog"])
+    except FactsError as exc:
+        module.fail_json(msg=str(exc), path=exc.path)
     if not facts["numa_nodes"]:
         module.fail_json(msg=f"no NUMA node under {module.params['host_root']}/sys/devices/system/node")
     module.exit_json(changed=False, ansible_facts={"gpu_topology": facts})
