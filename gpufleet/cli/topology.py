@@ -166,60 +166,69 @@ def _printable(text: str) -> str:
 
 
 def _render_topology(p: Any, facts: dict[str, Any]) -> None:
-    """Per NUMA node: CPUs, memory, GPUs, NICs and what the plan assigns."""
+    """Per NUMA node: CPUs, memory, GPUs, NICs and what the plan assigns. Text from the host (its name, CPU vendor,
+    kernel, PCI addresses, interface names) is printed as it is: escaped, no markup or emoji of its own."""
     from gpufleet.hostfacts import format_cpulist
+
+    def say(text: str, markup: bool = True) -> None:
+        out.print(text, markup=markup, emoji=False)
+
+    def host_text(value: Any) -> str:
+        return escape(_printable(str(value)))
+
+    def names(dev: dict[str, Any]) -> str:
+        return host_text(",".join(dev["interfaces"]) or dev["pci"])
 
     cores = len(facts["cores"])
     cpus = sum(len(c["cpus"]) for c in facts["cores"])
-    out.print(
-        f"[bold]{p.host}[/bold]: {p.cpu_vendor}, kernel {p.kernel}, {len(p.numa_nodes)} NUMA node(s), {cores} cores /"
-        f" {cpus} CPUs (SMT {'on' if p.smt else 'off'}), {len(p.gpus)} GPU(s), {len(facts['nics'])} NIC(s),"
-        f" {len(facts['nvswitches'])} NVSwitch(es)"
+    say(
+        f"[bold]{host_text(p.host)}[/bold]: {host_text(p.cpu_vendor)}, kernel {host_text(p.kernel)},"
+        f" {len(p.numa_nodes)} NUMA node(s), {cores} cores / {cpus} CPUs (SMT {'on' if p.smt else 'off'}),"
+        f" {len(p.gpus)} GPU(s), {len(facts['nics'])} NIC(s), {len(facts['nvswitches'])} NVSwitch(es)"
     )
     nics = {n["pci"]: n for n in facts["nics"]}
     pages = {(h["numa_node"], h["size_kib"]): h["count"] for h in p.hugepages}
     for node in p.numa_nodes:
-        out.print(
+        say(
             f"\n[bold]NUMA node {node.id}[/bold]  CPUs {format_cpulist(node.cpus) or '-'} ({node.cores} cores),"
             f" {node.memory_mib / 1024:g} GiB"
         )
         if node.choice:
-            out.print(f"  {node.choice}", markup=False)
-        out.print(f"  reserved for the system  CPUs {format_cpulist(node.reserved_cpus) or '-'}")
+            say(f"  {node.choice}", markup=False)
+        say(f"  reserved for the system  CPUs {format_cpulist(node.reserved_cpus) or '-'}")
         for g in (g for g in p.gpus if g.numa_node == node.id):
-            near = ", ".join(f"{','.join(nics[n]['interfaces']) or n} ({nics[n]['kind']})" for n in g.nics) or "none"
-            out.print(
-                f"  GPU {g.index} {g.pci} {g.model or 'unknown model'}  CPUs {format_cpulist(g.cpus)}  NIC {near}",
-                markup=False,
+            near = ", ".join(f"{names(nics[n])} ({nics[n]['kind']})" for n in g.nics) or "none"
+            say(
+                f"  GPU {g.index} {host_text(g.pci)} {host_text(g.model or 'unknown model')}"
+                f"  CPUs {format_cpulist(g.cpus)}  NIC {near}"
             )
         huge = [
             f"{pages[(node.id, s)]} x {'1G' if s == 1048576 else '2M'}"
             for s in (1048576, 2048)
             if (node.id, s) in pages
         ]
-        out.print(f"  hugepages  {', '.join(huge) or 'none'}")
+        say(f"  hugepages  {', '.join(huge) or 'none'}")
         for dev in (d for d in p.sriov if d["numa_node"] == node.id):
-            out.print(
-                f"  SR-IOV  {','.join(dev['interfaces']) or dev['pci']}: {dev['numvfs']} of {dev['totalvfs']} VFs"
-            )
+            say(f"  SR-IOV  {names(dev)}: {dev['numvfs']} of {dev['totalvfs']} VFs")
     unknown = [d for d in p.sriov if d["numa_node"] is None]
     for dev in unknown:
-        out.print(f"  SR-IOV  {','.join(dev['interfaces']) or dev['pci']} (NUMA node unknown): {dev['numvfs']} VFs")
+        say(f"  SR-IOV  {names(dev)} (NUMA node unknown): {dev['numvfs']} VFs")
     k = p.kubelet
-    out.print(f"\nkernel arguments  {' '.join(p.kernel_args) or '(none to add)'}")
-    out.print(
+    say(f"\nkernel arguments  {' '.join(p.kernel_args) or '(none to add)'}", markup=False)
+    say(
         f"kubelet  cpuManagerPolicy {k['cpuManagerPolicy']}, reservedSystemCPUs {k['reservedSystemCPUs']},"
         f" topologyManagerPolicy {k['topologyManagerPolicy']} (scope {k['topologyManagerScope']}),"
         f" memoryManagerPolicy {k['memoryManagerPolicy']}, reservedMemory "
-        + ", ".join(f"node {r['numaNode']} {r['limits']['memory']}" for r in k["reservedMemory"])
+        + ", ".join(f"node {r['numaNode']} {r['limits']['memory']}" for r in k["reservedMemory"]),
+        markup=False,
     )
-    out.print(f"irqbalance banned CPUs  {p.irqbalance_banned_cpus or '-'}")
-    out.print(f"system services CPUAffinity  {format_cpulist(p.system_cpu_affinity)}")
+    say(f"irqbalance banned CPUs  {p.irqbalance_banned_cpus or '-'}")
+    say(f"system services CPUAffinity  {format_cpulist(p.system_cpu_affinity)}")
     if p.isolated_cpus:
-        out.print(f"isolated CPUs  {format_cpulist(p.isolated_cpus)}")
+        say(f"isolated CPUs  {format_cpulist(p.isolated_cpus)}")
     if p.gres_conf:
-        out.print("Slurm gres.conf")
+        say("Slurm gres.conf")
         for line in p.gres_conf:
-            out.print(f"  {line}", markup=False)
+            say(f"  {_printable(line)}", markup=False)
     for note in p.notes:
-        out.print(f"[dim]note: {note}[/dim]")
+        say(f"[dim]note: {host_text(note)}[/dim]")

@@ -226,6 +226,23 @@ def test_fifos_device_files_and_huge_files_are_refused_without_blocking(tmp_path
     assert cli.stderr.startswith(f"error: host lab-vm: {root / rel}: ") and cli.stderr.count("\n") == 1, cli.stderr
 
 
+# -- what the host says is printed as it is
+
+
+def test_host_text_is_printed_literally_not_as_markup_or_emoji(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """Text read from the host (the kernel release, interface names) went through rich markup: `[/x]` crashed the
+    command (exit 3), `[bold]` vanished and `:fire:` printed an emoji."""
+    root = host_tree(tmp_path, "dgx-h100")
+    (root / "proc/sys/kernel/osrelease").write_text("5.15.0-[/x]-:fire:-\x1b[31m\n")
+    (nic,) = root.glob("sys/bus/pci/devices/*/net/ibp24s0")
+    nic.rename(nic.parent / "[bold]ib:fire:")
+    code, out, err = run_cli(capsys, "topology", "plan", "--host-root", str(root))
+    assert code == 0, err
+    assert "kernel 5.15.0-[/x]-:fire:-\\x1b[31m, 2 NUMA node(s)" in out
+    assert "GPU 0 0000:1b:00.0 H100-SXM5-80GB  CPUs 1-13,113-125  NIC [bold]ib:fire: (infiniband)" in out
+    assert "\x1b" not in out and "\N{FIRE}" not in out
+
+
 # -- the Ansible side: the filter turns FactsError into a task failure, parse_cpulist's refusals too
 
 
