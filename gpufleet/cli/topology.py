@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from rich.markup import escape
 
 from gpufleet.cli.common import (
     EXIT_INVALID,
@@ -18,7 +17,9 @@ from gpufleet.cli.common import (
     err,
     load_or_exit,
     out,
+    printable,
     project_root,
+    shown,
     usage_error,
 )
 
@@ -147,7 +148,7 @@ def _check_host_root(host_root: Path) -> None:
     except OSError as exc:
         raise FactsError(node_dir, f"cannot be read: {exc.strerror or exc}") from None
     if not is_dir:
-        raise usage_error(f"{escape(_printable(str(host_root)))} has no sys/devices/system/node: not a host root")
+        raise usage_error(f"{host_root} has no sys/devices/system/node: not a host root")
 
 
 def _refuse(host: str, message: str, detail: dict[str, Any], as_json: bool) -> NoReturn:
@@ -155,14 +156,8 @@ def _refuse(host: str, message: str, detail: dict[str, Any], as_json: bool) -> N
     if as_json:
         emit_json({"host": host, "ok": False, **detail})
     else:
-        err.print(f"[red]error:[/red] {escape(_printable(message))}", emoji=False)
+        err.print(f"[red]error:[/red] {shown(message)}")
     raise typer.Exit(EXIT_INVALID)
-
-
-def _printable(text: str) -> str:
-    """``text`` with control characters (newlines, terminal escapes) written as escapes: one line, no raw codes.
-    Host text (sysfs names, procfs values) goes through it, and through ``escape`` where markup is on."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _render_topology(p: Any, facts: dict[str, Any]) -> None:
@@ -174,7 +169,7 @@ def _render_topology(p: Any, facts: dict[str, Any]) -> None:
         out.print(text, markup=markup, emoji=False)
 
     def host_text(value: Any) -> str:
-        return escape(_printable(str(value)))
+        return shown(value)
 
     def names(dev: dict[str, Any]) -> str:
         return host_text(",".join(dev["interfaces"]) or dev["pci"])
@@ -229,6 +224,6 @@ def _render_topology(p: Any, facts: dict[str, Any]) -> None:
     if p.gres_conf:
         say("Slurm gres.conf")
         for line in p.gres_conf:
-            say(f"  {_printable(line)}", markup=False)
+            say(f"  {printable(line)}", markup=False)
     for note in p.notes:
         say(f"[dim]note: {host_text(note)}[/dim]")
