@@ -1,4 +1,5 @@
-"""The hardware catalog: GPUs (with MIG geometry), Azure GPU VM sizes, Azure regions.
+"""The hardware catalog: GPUs (with MIG geometry), Azure GPU VM sizes, the general-purpose sizes an AKS system pool
+may use, Azure regions.
 
 Facts are data in the YAML files beside this module, each entry with its source in a comment; this module only
 types and indexes them. Adding a GPU model or a VM size is a catalog entry, not a code change.
@@ -144,6 +145,17 @@ class VmSize(_Frozen):
         return int(self.gpu_count) if self.gpu_count.denominator == 1 else 0
 
 
+class SystemVmSize(_Frozen):
+    """A general-purpose size (no GPU) for an AKS system pool."""
+
+    name: str
+    series: str
+    vcpus: int
+    memory_gib: float
+    burstable: bool = Field(default=False, description="B-series: CPU credits (AKS advises against system pools)")
+    source: str
+
+
 class Region(_Frozen):
     name: str
     display_name: str
@@ -159,6 +171,7 @@ class Catalog(_Frozen):
     gpus: tuple[Gpu, ...]
     vm_sizes: tuple[VmSize, ...]
     regions: tuple[Region, ...]
+    system_vm_sizes: tuple[SystemVmSize, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> Catalog:
@@ -180,6 +193,9 @@ class Catalog(_Frozen):
             for r in size.replacements:
                 if r not in size_names:
                     raise ValueError(f"{size.name}: replacement {r!r} is not a catalog size")
+        for system in self.system_vm_sizes:
+            if system.name in size_names:
+                raise ValueError(f"{system.name}: listed both as a GPU size and as a system pool size")
         return self
 
     # -- indexes -------------------------------------------------------------------------------------------
@@ -194,6 +210,10 @@ class Catalog(_Frozen):
     @cached_property
     def _size_index(self) -> dict[str, VmSize]:
         return {s.name.lower(): s for s in self.vm_sizes}
+
+    @cached_property
+    def _system_size_index(self) -> dict[str, SystemVmSize]:
+        return {s.name.lower(): s for s in self.system_vm_sizes}
 
     @cached_property
     def _arch_index(self) -> dict[str, Architecture]:
@@ -230,6 +250,10 @@ class Catalog(_Frozen):
 
     def vm_size(self, name: str) -> VmSize | None:
         return self._size_index.get(name.lower())
+
+    def system_vm_size(self, name: str) -> SystemVmSize | None:
+        """A general-purpose size for the system pool (case-insensitive), or None."""
+        return self._system_size_index.get(name.lower())
 
     def architecture(self, gpu: Gpu) -> Architecture:
         return self._arch_index[gpu.architecture]
@@ -316,4 +340,5 @@ def load_catalog() -> Catalog:
         gpus=tuple(_expand_gpus(gpus_raw)),
         vm_sizes=tuple(_expand_sizes(_read_yaml("azure_vm_sizes.yaml"))),
         regions=tuple(_read_yaml("azure_regions.yaml")["regions"]),
+        system_vm_sizes=tuple(_expand_sizes(_read_yaml("azure_system_vm_sizes.yaml"))),
     )

@@ -183,14 +183,15 @@ def _render_plan(result: StackPlan) -> None:
         c = result.cluster
         sp = c.system_pool
         out.print(
-            f"\n[bold]AKS cluster {c.name}[/bold]: Kubernetes {c.kubernetes}, {c.sku_tier} tier,"
-            f" system pool {sp.name} {sp.count} x {sp.vm_size}"
+            f"\n[bold]AKS cluster {escape(c.name)}[/bold]: Kubernetes {c.kubernetes}, {c.sku_tier} tier,"
+            f" system pool {escape(sp.name)} {sp.count} x {escape(sp.vm_size)}"
         )
         for p in result.pools:
             gpus = f"{p.gpu_partition} of a" if p.gpu_partition else f"{p.gpus_per_node} x"
             ib = ", InfiniBand" if p.infiniband else ""
             shape = f"{gpus} {p.gpu_model}, {p.vcpus} vCPU, {p.memory_gib:g} GiB{ib}"
-            out.print(f"\n  [bold]{p.name}[/bold] (AKS node pool {p.aks_name})  {p.vm_size}: {shape}")
+            name = f"[bold]{escape(p.name)}[/bold] (AKS node pool {escape(p.aks_name)})"
+            out.print(f"\n  {name}  {escape(p.vm_size)}: {shape}")
             n = p.nodes
             scale = f" (autoscaling {n.min}-{n.max})" if p.autoscaling else ""
             zones = f", zones {','.join(p.zones)}" if p.zones else ""

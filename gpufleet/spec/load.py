@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from gpufleet.catalog import Catalog, load_catalog
 from gpufleet.diagnostics import Diagnostic, Finding, did_you_mean
 from gpufleet.spec import rules
-from gpufleet.spec.models import GpuPool, HostGroup, Stack, TuningProfile
+from gpufleet.spec.models import GpuPool, HostGroup, Stack, SystemPool, TuningProfile
 from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
 
 NAMESPACE = "gpufleet"
@@ -82,8 +82,9 @@ def _partial_rule_findings(raw: dict[str, Any], context: rules.Context) -> Itera
     if isinstance(aks, dict) and isinstance(aks.get("gpu_pools"), list):
         pools = [_parsed(GpuPool, p) for p in aks["gpu_pools"]]
         system = (aks.get("cluster") or {}).get("system_pool") if isinstance(aks.get("cluster"), dict) else None
-        system_name = system.get("name", "system") if isinstance(system, dict) else "system"
-        yield from rules.check_aks_pools(pools, system_name if isinstance(system_name, str) else None, context)
+        # the system pool's fields that parse (a broken one is already reported); None when it is no mapping
+        system_pool = _parsed(SystemPool, system or {}) if system is None or isinstance(system, dict) else None
+        yield from rules.check_aks_pools(pools, system_pool, context)
     bm = raw.get("baremetal")
     if isinstance(bm, dict) and isinstance(bm.get("host_groups"), list):
         groups = [_parsed(HostGroup, g) for g in bm["host_groups"]]

@@ -17,11 +17,22 @@ from gpufleet.aks import aks_pool_name
 from gpufleet.catalog import Catalog, Gpu, VmSize
 from gpufleet.diagnostics import Finding, Path, did_you_mean, format_path
 from gpufleet.labels import DEPLOY_DRIVER_LABEL, DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
-from gpufleet.spec.models import AksManagedMig, GpuPool, HostGroup, MigLayout, Stack, TuningProfile
+from gpufleet.spec.models import AksManagedMig, GpuPool, HostGroup, MigLayout, Stack, SystemPool, TuningProfile
 
 # AKS Linux node pool names: "only lowercase alphanumeric characters and must begin with a lowercase letter...
 # for Linux node pools, the length must be between 1-12 characters" (learn.microsoft.com/azure/aks/create-node-pools).
 AKS_POOL_NAME = re.compile(r"[a-z][a-z0-9]{0,11}")
+AKS_POOL_NAME_RULE = "1-12 lowercase letters and digits, starting with a letter"
+# AKS's limits per cluster (learn.microsoft.com/azure/aks/quotas-skus-regions, "Service quotas and limits"): 100 node
+# pools, 5,000 nodes across all node pools (Virtual Machine Scale Sets pools, Standard load balancer); 1,000 nodes
+# per pool is in the models (count, autoscaling).
+AKS_MAX_NODE_POOLS = 100
+AKS_MAX_NODES = 5000
+# "System node pools require a VM SKU of at least 2 vCPUs and 4 GB memory. But burstable-VM (B series) isn't
+# recommended." (learn.microsoft.com/azure/aks/use-system-pools)
+SYSTEM_POOL_MIN_VCPUS = 2
+SYSTEM_POOL_MIN_MEMORY_GIB = 4
+SYSTEM_POOL: Path = ("aks", "cluster", "system_pool")
 
 # Labels gpufleet derives itself (from mig / sharing / driver); a stack may not set them by hand.
 DERIVED_LABELS = {
@@ -114,10 +125,7 @@ def check_pool_size(pool: GpuPool, path: Path, ctx: Context) -> tuple[VmSize | N
 def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
     """Every rule that concerns one GPU pool on its own."""
     if not AKS_POOL_NAME.fullmatch(pool.name):
-        yield Finding(
-            (*path, "name"),
-            f"{pool.name!r} is not an AKS Linux pool name: 1-12 lowercase letters and digits, starting with a letter",
-        )
+        yield Finding((*path, "name"), f"{pool.name!r} is not an AKS Linux pool name: {AKS_POOL_NAME_RULE}")
 
     size, size_findings = check_pool_size(pool, path, ctx)
     yield from size_findings
@@ -198,6 +206,76 @@ def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
         )
 
 
+# -- the system pool and the cluster's limits -----------------------------------------------------------------
+
+
+def _system_sizes(ctx: Context) -> list[str]:
+    """The catalog's sizes a system pool may use."""
+    return [
+        s.name
+        for s in ctx.catalog.system_vm_sizes
+        if not s.burstable and s.vcpus >= SYSTEM_POOL_MIN_VCPUS and s.memory_gib >= SYSTEM_POOL_MIN_MEMORY_GIB
+    ]
+
+
+def check_system_size(name: str, path: Path, ctx: Context) -> Iterator[Finding]:
+    """The system pool's VM size: a general-purpose size of the catalog that AKS accepts for a system pool."""
+    size = ctx.catalog.system_vm_size(name)
+    choices = _system_sizes(ctx)
+    if size is None:
+        gpu_size = ctx.catalog.vm_size(name)
+        if gpu_size is not None:
+            yield Finding(
+                path,
+                f"{gpu_size.name!r} is a GPU size ({gpu_size.gpu}); the system pool runs only cluster add-ons (it is"
+                f" tainted CriticalAddonsOnly), so its GPUs would idle: choose a general-purpose size;"
+                f" {did_you_mean('', choices)}",
+            )
+        else:
+            yield Finding(path, f"unknown system pool VM size {name!r}; {did_you_mean(name, choices)}")
+        return
+    if size.name != name:
+        yield Finding(path, f"write the VM size as Azure spells it: {size.name!r}")
+    if size.burstable:
+        yield Finding(
+            path,
+            f"{size.name!r} is burstable ({size.series}): AKS advises against it for system pools (add-ons run out"
+            f" of CPU credits); {did_you_mean(name, choices)}",
+        )
+    elif size.vcpus < SYSTEM_POOL_MIN_VCPUS or size.memory_gib < SYSTEM_POOL_MIN_MEMORY_GIB:
+        yield Finding(
+            path,
+            f"{size.name!r} ({size.vcpus} vCPU, {size.memory_gib:g} GiB) is below AKS's minimum for a system pool"
+            f" ({SYSTEM_POOL_MIN_VCPUS} vCPUs, {SYSTEM_POOL_MIN_MEMORY_GIB} GiB); {did_you_mean(name, choices)}",
+        )
+
+
+def check_system_pool(system: SystemPool, ctx: Context) -> Iterator[Finding]:
+    """The system pool's name (an AKS Linux pool name) and VM size."""
+    if not AKS_POOL_NAME.fullmatch(system.name):
+        yield Finding((*SYSTEM_POOL, "name"), f"{system.name!r} is not an AKS Linux pool name: {AKS_POOL_NAME_RULE}")
+    yield from check_system_size(system.vm_size, (*SYSTEM_POOL, "vm_size"), ctx)
+
+
+def check_cluster_limits(pools: Sequence[GpuPool | None], system: SystemPool | None) -> Iterator[Finding]:
+    """At most 100 node pools and 5,000 nodes per cluster (the system pool included)."""
+    node_pools = len(pools) + 1
+    if node_pools > AKS_MAX_NODE_POOLS:
+        yield Finding(
+            ("aks", "gpu_pools"),
+            f"{len(pools)} GPU pools and the system pool are {node_pools} node pools; AKS allows at most"
+            f" {AKS_MAX_NODE_POOLS} per cluster",
+        )
+    most = sum(p.autoscaling.max if p.autoscaling else p.count for p in pools if p is not None)
+    most += system.count if system is not None else 0
+    if most > AKS_MAX_NODES:
+        yield Finding(
+            ("aks", "gpu_pools"),
+            f"the pools can grow to {most} nodes (the system pool's count and each GPU pool's autoscaling max, else"
+            f" its count); AKS allows at most {AKS_MAX_NODES} per cluster",
+        )
+
+
 # -- bare metal ----------------------------------------------------------------------------------------------
 
 
@@ -251,7 +329,7 @@ def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
     """All cross-cutting rules of a structurally valid stack."""
     yield from check_region(stack.region, stack.aks is not None, ctx)
     if stack.aks is not None:
-        yield from check_aks_pools(stack.aks.gpu_pools, stack.aks.cluster.system_pool.name, ctx)
+        yield from check_aks_pools(stack.aks.gpu_pools, stack.aks.cluster.system_pool, ctx)
     if stack.baremetal is not None:
         profiles = dict(stack.tuning_profiles)
         profiles.setdefault("default", TuningProfile())
@@ -273,12 +351,14 @@ def check_mig_config_names(layouts: Sequence[tuple[Path, str | None, MigLayout]]
         seen.setdefault(key, (path, layout))
 
 
-def check_aks_pools(pools: Sequence[GpuPool | None], system_pool_name: str | None, ctx: Context) -> Iterator[Finding]:
-    """Pool rules for every pool that parsed (None = a pool with structural errors, already reported)."""
+def check_aks_pools(pools: Sequence[GpuPool | None], system: SystemPool | None, ctx: Context) -> Iterator[Finding]:
+    """Pool rules for the system pool and every GPU pool that parsed (None = a pool with structural errors, already
+    reported), and the cluster's limits."""
     names: list[tuple[Path, str]] = []
     layouts: list[tuple[Path, str | None, MigLayout]] = []
-    if system_pool_name is not None:
-        names.append((("aks", "cluster", "system_pool", "name"), system_pool_name))
+    if system is not None:
+        yield from check_system_pool(system, ctx)
+        names.append(((*SYSTEM_POOL, "name"), system.name))
     for i, pool in enumerate(pools):
         if pool is None:
             continue
@@ -289,6 +369,7 @@ def check_aks_pools(pools: Sequence[GpuPool | None], system_pool_name: str | Non
             size = ctx.catalog.vm_size(pool.vm_size)
             layouts.append(((*path, "mig"), size.gpu if size else None, pool.mig))
     yield from check_unique(names, "pool name", "cluster (the system pool included)")
+    yield from check_cluster_limits(pools, system)
     yield from check_aks_names(pools)
     yield from check_mig_config_names(layouts)
 
