@@ -1,10 +1,10 @@
 """The ``gpufleet`` command line: thin over the library (typer + rich), ``--json`` on every command.
 
-One module per command group: ``stack`` (validate, plan, render), ``mig``, ``topology``, ``lab``, ``promote``;
-``common`` holds what they share (exit codes, output, options, stack loading). Exit codes: 0 success, 1 the input is
-wrong (an invalid stack, an unknown GPU), 2 usage errors (bad options, a stack name that names no file), 3 an
-internal error: any exception the commands do not turn into one of those is a bug, reported on one line (the
-traceback with ``--debug``), never as a bare traceback.
+One module per command group: ``stack`` (validate, plan, render), ``audit``, ``mig``, ``topology``, ``lab``,
+``promote``; ``common`` holds what they share (exit codes, output, options, stack loading). Exit codes: 0 success, 1
+the input is wrong (an invalid stack, an unknown GPU), 2 usage errors (bad options, a stack name that names no
+file), 3 an internal error: any exception the commands do not turn into one of those is a bug, reported on one line
+(the traceback with ``--debug``), never as a bare traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from gpufleet import __version__
-from gpufleet.cli import stack
+from gpufleet.cli import audit, stack
 from gpufleet.cli.common import EXIT_CODES_HELP, EXIT_INTERNAL, err, out
 from gpufleet.cli.lab import lab_app
 from gpufleet.cli.mig import mig_app
@@ -32,7 +32,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for command in (stack.validate, stack.plan, stack.render):
+for command in (stack.validate, stack.plan, stack.render, audit.audit):
     app.command()(command)
 app.add_typer(mig_app, name="mig")
 app.add_typer(lab_app, name="lab")

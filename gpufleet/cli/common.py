@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 if TYPE_CHECKING:
+    from gpufleet.spec.load import LoadedStack
     from gpufleet.spec.models import Stack
 
 # Exit codes: 0 success, 1 the input is wrong (an invalid stack, an unknown GPU), 2 usage errors (bad options, a
@@ -92,6 +93,15 @@ def resolve_or_exit(ref: str, root: Path | None) -> Path:
 def load_or_exit(ref: str, root: Path | None, as_json: bool = False, consequence: str = "nothing done") -> Stack:
     """The validated stack ``ref`` names: exit 2 when no such stack, 1 with every error when it is invalid
     (``consequence`` says what was not done)."""
+    stack = loaded_or_exit(ref, root, as_json, consequence).stack
+    assert stack is not None
+    return stack
+
+
+def loaded_or_exit(
+    ref: str, root: Path | None, as_json: bool = False, consequence: str = "nothing done"
+) -> LoadedStack:
+    """Like :func:`load_or_exit`, with the file's positions (``LoadedStack.place`` puts a key path at its line)."""
     from gpufleet.spec import load_stack
 
     loaded = load_stack(resolve_or_exit(ref, root))
@@ -102,4 +112,4 @@ def load_or_exit(ref: str, root: Path | None, as_json: bool = False, consequence
             err.print(f"[red]invalid stack[/red] {shown(loaded.name)}: {consequence}")
             print_diagnostics(err, loaded.diagnostics, "  ")
         raise typer.Exit(EXIT_INVALID)
-    return loaded.stack
+    return loaded

@@ -186,6 +186,7 @@ def _render_plan(result: StackPlan) -> None:
             f"\n[bold]AKS cluster {escape(c.name)}[/bold]: Kubernetes {c.kubernetes}, {c.sku_tier} tier,"
             f" system pool {escape(sp.name)} {sp.count} x {escape(sp.vm_size)}"
         )
+        _render_baseline(result)
         for p in result.pools:
             gpus = f"{p.gpu_partition} of a" if p.gpu_partition else f"{p.gpus_per_node} x"
             ib = ", InfiniBand" if p.infiniband else ""
@@ -223,3 +224,32 @@ def _render_plan(result: StackPlan) -> None:
                 inst = g.mig.instances_per_node
                 detail = ": " + ", ".join(f"{k} x {prof}" for prof, k in inst.items()) + " per host" if inst else ""
                 out.print(f"    MIG {g.mig.config_name}{detail}")
+
+
+def _render_baseline(result: StackPlan) -> None:
+    """The cluster's access, network and egress settings, and its AKS secure baseline: waived and failing rules."""
+    from gpufleet.baseline import audit
+
+    c = result.cluster
+    assert c is not None
+    api = c.security.api_server
+    if api.private:
+        access = "private"
+    elif api.authorized_ip_ranges:
+        nat = " + the NAT gateway's address" if c.egress.authorize_nat_ip else ""
+        access = f"authorized ranges {', '.join(api.authorized_ip_ranges)}{nat}"
+    else:
+        access = "open to every address"
+    out.print(f"  API server {access}; network policy {c.network.policy}; egress {c.egress.outbound_type}")
+    report = audit(result)
+    counts = {status: sum(1 for r in report.results if r.status == status) for status in ("pass", "waived", "fail")}
+    out.print(
+        f"  security baseline: {counts['pass']} pass, {counts['waived']} waived, {counts['fail']} failing"
+        f" (gpufleet audit {escape(result.stack)})"
+    )
+    for r in report.results:
+        if r.status == "waived":
+            out.print(f"    [yellow]waived[/yellow] {r.rule.name} ({r.rule.severity}): {escape(r.reason or '')}")
+        elif r.status == "fail":
+            style = "red" if r.blocking else "yellow"
+            out.print(f"    [{style}]fails[/{style}] {r.rule.name} ({r.rule.severity}): {escape(r.detail)}")

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from gpufleet.plan.build import plan_stack
 from gpufleet.plan.model import (
+    AddonPlan,
     BaremetalPlan,
     ClusterPlan,
+    EgressPlan,
     HostGroupPlan,
     MigPlan,
+    MonitoringPlan,
     NodeCounts,
     PoolPlan,
     SharingPlan,
@@ -21,10 +24,13 @@ from gpufleet.plan.model import (
 )
 
 __all__ = [
+    "AddonPlan",
     "BaremetalPlan",
     "ClusterPlan",
+    "EgressPlan",
     "HostGroupPlan",
     "MigPlan",
+    "MonitoringPlan",
     "NodeCounts",
     "PoolPlan",
     "SharingPlan",

@@ -9,6 +9,15 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from gpufleet.aks import SYSTEM_POOL_TAINT, aks_pool_name
+from gpufleet.baseline import (
+    AUDIT_LOG_CATEGORIES,
+    AZURE_POLICY_ADDON,
+    IMAGE_CLEANER_INTERVAL_HOURS,
+    METRIC_CATEGORIES,
+    PLATFORM_LOG_CATEGORIES,
+    SECRETS_STORE_ADDON,
+    SECRETS_STORE_CONFIG,
+)
 from gpufleet.catalog import Catalog, Gpu, VmSize
 from gpufleet.gpu_software import (
     CHART_PINS,
@@ -31,10 +40,13 @@ from gpufleet.mig.outputs import (
     stack_layouts,
 )
 from gpufleet.plan.model import (
+    AddonPlan,
     BaremetalPlan,
     ClusterPlan,
+    EgressPlan,
     HostGroupPlan,
     MigPlan,
+    MonitoringPlan,
     NodeCounts,
     PoolPlan,
     SharingPlan,
@@ -47,7 +59,9 @@ from gpufleet.spec.models import (
     HostGroup,
     MigDeviceGroup,
     MigLayout,
+    Network,
     OperatorManagedMig,
+    Security,
     Stack,
 )
 
@@ -164,6 +178,57 @@ def pool_plan(stack: Stack, pool: GpuPool, size: VmSize, gpu: Gpu, chart: str, *
         tuning=pool.tuning,
         gpus_total={k: _number(size.gpu_count * getattr(nodes, k)) for k in ("count", "min", "max")},
         tags={"gpufleet-pool": pool.name, "managed-by": "gpufleet"},
+        encryption_at_host=stack.aks.cluster.security.encryption_at_host,
+    )
+
+
+# -- the secure baseline's settings (gpufleet.baseline judges the result) -------------------------------------
+
+
+def workspace_name(cluster: str) -> str:
+    """The Log Analytics workspace the program creates for ``cluster``: ``log-<cluster>`` as a workspace name allows
+    (4-63 letters, digits and '-', ending with a letter or digit)."""
+    return ("log-" + cluster.replace("_", "-"))[:63].rstrip("-")
+
+
+def egress_plan(network: Network, security: Security) -> EgressPlan:
+    """The nodes' way out: a NAT gateway the program creates for its own subnet (the default), the stack's NAT
+    gateway or route table, or the load balancer."""
+    egress = network.egress
+    create = egress.outbound_type == "userAssignedNATGateway" and egress.nat_gateway_id is None
+    return EgressPlan(
+        outbound_type=egress.outbound_type,
+        create_nat_gateway=create,
+        nat_gateway_id=egress.nat_gateway_id,
+        route_table_id=egress.route_table_id,
+        attach_to_subnet=network.existing_subnet_id is None and egress.outbound_type != "loadBalancer",
+        # nodes reach the API server from the gateway's address: with authorized ranges, it must be one of them
+        authorize_nat_ip=create and bool(security.api_server.authorized_ip_ranges),
+    )
+
+
+def monitoring_plan(security: Security, cluster: str) -> MonitoringPlan | None:
+    """The workspace, the log and metric categories the cluster sends it, and Defender; None when nothing needs a
+    workspace."""
+    logs = security.logs
+    categories = (*(AUDIT_LOG_CATEGORIES if logs.audit else ()), *(PLATFORM_LOG_CATEGORIES if logs.platform else ()))
+    if not categories and not security.defender:
+        return None
+    return MonitoringPlan(
+        workspace_id=logs.workspace_id,
+        workspace_name=None if logs.workspace_id else workspace_name(cluster),
+        retention_days=logs.retention_days,
+        log_categories=categories,
+        metric_categories=METRIC_CATEGORIES if logs.platform else (),
+        defender=security.defender,
+    )
+
+
+def cluster_addons(security: Security) -> tuple[AddonPlan, ...]:
+    """The AKS add-ons gpufleet manages, each on or off (off explicitly, so turning one off reaches the cluster)."""
+    return (
+        AddonPlan(AZURE_POLICY_ADDON, security.azure_policy, {}),
+        AddonPlan(SECRETS_STORE_ADDON, security.secrets_store_csi, dict(SECRETS_STORE_CONFIG)),
     )
 
 
@@ -197,6 +262,12 @@ def cluster_plan(
         system_pool_taints=system_taints,
         network=spec.network,
         security=spec.security,
+        network_dataplane="cilium" if spec.network.policy == "cilium" else None,
+        egress=egress_plan(spec.network, spec.security),
+        monitoring=monitoring_plan(spec.security, name),
+        addons=cluster_addons(spec.security),
+        image_cleaner_hours=IMAGE_CLEANER_INTERVAL_HOURS if spec.security.image_cleaner else None,
+        system_pool_encryption_at_host=spec.security.encryption_at_host,
         autoscaler=spec.autoscaler_profile,
         tags=stack_tags(stack),
         gpu_chart=chart,

@@ -88,6 +88,40 @@ class SharingPlan:
 
 
 @dataclass(frozen=True)
+class EgressPlan:
+    """How nodes reach the internet (AKS ``outboundType``) and what the Pulumi program sets up for it."""
+
+    outbound_type: str
+    create_nat_gateway: bool  # the program creates a NAT gateway and its public IP for the subnet it creates
+    nat_gateway_id: str | None = field(metadata=OMIT_NONE)  # the stack's own NAT gateway
+    route_table_id: str | None = field(metadata=OMIT_NONE)  # userDefinedRouting: the stack's route table
+    attach_to_subnet: bool  # the program attaches the NAT gateway / route table to the subnet it creates
+    authorize_nat_ip: bool  # the created NAT gateway's address joins the API server's authorized ranges
+
+
+@dataclass(frozen=True)
+class MonitoringPlan:
+    """The Log Analytics workspace of a cluster, what its diagnostic setting sends there, and whether Microsoft
+    Defender for Containers reports to it."""
+
+    workspace_id: str | None = field(metadata=OMIT_NONE)  # the stack's workspace; None: the program creates one
+    workspace_name: str | None = field(metadata=OMIT_NONE)  # the workspace the program creates
+    retention_days: int
+    log_categories: tuple[str, ...]
+    metric_categories: tuple[str, ...]
+    defender: bool
+
+
+@dataclass(frozen=True)
+class AddonPlan:
+    """An AKS add-on the cluster manages (``addonProfiles``): on or explicitly off, with its config."""
+
+    name: str
+    enabled: bool
+    config: dict[str, str]
+
+
+@dataclass(frozen=True)
 class PoolPlan:
     """One AKS GPU node pool, with every value the Pulumi program sets on its ``AgentPool``."""
 
@@ -120,6 +154,7 @@ class PoolPlan:
     tuning: PoolTuning
     gpus_total: dict[str, int | float]
     tags: dict[str, str]
+    encryption_at_host: bool
 
     @property
     def kubelet_config(self) -> bool:
@@ -140,12 +175,23 @@ class ClusterPlan:
     system_pool_taints: tuple[str, ...]
     network: Network = field(metadata=OMIT_NONE)
     security: Security
+    # the secure baseline's settings (gpufleet.baseline), decided once from network and security
+    network_dataplane: str | None  # cilium with the Cilium network policy, else AKS's default
+    egress: EgressPlan
+    monitoring: MonitoringPlan | None  # None: no workspace, no diagnostic setting, no Defender
+    addons: tuple[AddonPlan, ...]
+    image_cleaner_hours: int | None  # None: Image Cleaner off
+    system_pool_encryption_at_host: bool
     autoscaler: AutoscalerProfile
     tags: dict[str, str]
     gpu_chart: str
     mig_strategy: Literal["single", "mixed"] | None
     mig_parted_config: dict[str, Any] | None
     gpu_software: ChartRelease
+
+    def addon(self, name: str) -> AddonPlan | None:
+        """The add-on ``name`` when it is enabled."""
+        return next((a for a in self.addons if a.name == name and a.enabled), None)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from gpufleet.catalog import Catalog, load_catalog
-from gpufleet.diagnostics import Diagnostic, Finding, did_you_mean
+from gpufleet.diagnostics import Diagnostic, Finding, Path, did_you_mean, format_path
 from gpufleet.spec import rules
 from gpufleet.spec.models import GpuPool, HostGroup, Stack, SystemPool, TuningProfile
 from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
@@ -38,10 +38,18 @@ class LoadedStack:
     name: str
     stack: Stack | None
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    locator: Locator | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
         return self.stack is not None and not self.diagnostics
+
+    def place(self, path: Path, message: str) -> Diagnostic:
+        """A finding about this stack (a key path under ``gpufleet:``) at ``file:line``: the line of the deepest key
+        of ``path`` the file has (line 1 when its positions are unknown)."""
+        if self.locator is None:
+            return Diagnostic(self.file, 1, format_path(path), message)
+        return located([Finding(path, message)], self.locator, self.file)[0]
 
 
 def stack_name_from_file(path: FsPath) -> str:
@@ -168,7 +176,7 @@ def validate_document(
             )
 
     diags = sorted(diags + located(findings, locator, file), key=lambda d: (d.line, d.path))
-    return LoadedStack(file, name, stack if not diags else None, diags)
+    return LoadedStack(file, name, stack if not diags else None, diags, locator)
 
 
 def load_stack_text(

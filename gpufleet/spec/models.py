@@ -19,6 +19,8 @@ from pydantic import (
     model_validator,
 )
 
+from gpufleet.baseline import RULE_NAMES
+from gpufleet.diagnostics import did_you_mean
 from gpufleet.spec.types import (
     LABEL_KEY_RE,
     Cidr,
@@ -305,27 +307,76 @@ class SystemPool(StrictModel):
     os_sku: OsSku = "Ubuntu"
 
 
+def _resource_id(provider_path: str, example: str) -> Any:
+    """An Azure resource id under a resource group, e.g. ``Microsoft.Network/routeTables/<name>``."""
+    pattern = r"/subscriptions/[^/]+/resourceGroups/[^/]+/providers/" + provider_path
+    return matching(pattern, f"a resource id /subscriptions/<id>/resourceGroups/<rg>/providers/{example}")
+
+
+SubnetId = Annotated[
+    str,
+    _resource_id(
+        r"Microsoft\.Network/virtualNetworks/[^/]+/subnets/[^/]+",
+        "Microsoft.Network/virtualNetworks/<vnet>/subnets/<subnet>",
+    ),
+]
+RouteTableId = Annotated[
+    str, _resource_id(r"Microsoft\.Network/routeTables/[^/]+", "Microsoft.Network/routeTables/<name>")
+]
+NatGatewayId = Annotated[
+    str, _resource_id(r"Microsoft\.Network/natGateways/[^/]+", "Microsoft.Network/natGateways/<name>")
+]
+WorkspaceId = Annotated[
+    str,
+    _resource_id(r"Microsoft\.OperationalInsights/workspaces/[^/]+", "Microsoft.OperationalInsights/workspaces/<name>"),
+]
+
+
+class Egress(StrictModel):
+    """How nodes reach the internet (AKS ``outboundType``, fixed at creation). The default sends egress through a NAT
+    gateway the Pulumi program creates for its subnet; ``userDefinedRouting`` sends it through the stack's route
+    table (a firewall as next hop); ``loadBalancer`` leaves it unfiltered (rule gpufleet.AKS.EgressControl)."""
+
+    outbound_type: Literal["userAssignedNATGateway", "userDefinedRouting", "loadBalancer"] = "userAssignedNATGateway"
+    route_table_id: RouteTableId | None = Field(
+        None, description="userDefinedRouting: the route table (default route to the firewall) of the nodes' subnet"
+    )
+    nat_gateway_id: NatGatewayId | None = Field(
+        None,
+        description="userAssignedNATGateway: the stack's own NAT gateway (required with existing_subnet_id: the"
+        " one already on that subnet); default: the program creates one for its subnet",
+    )
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Egress:
+        if self.outbound_type == "userDefinedRouting" and self.route_table_id is None:
+            raise invalid(
+                "userDefinedRouting needs route_table_id: the route table whose default route leads to your firewall"
+                " (or use userAssignedNATGateway, the default)"
+            )
+        if self.route_table_id is not None and self.outbound_type != "userDefinedRouting":
+            raise invalid(f"route_table_id applies only to outbound_type userDefinedRouting, not {self.outbound_type}")
+        if self.nat_gateway_id is not None and self.outbound_type != "userAssignedNATGateway":
+            raise invalid(
+                f"nat_gateway_id applies only to outbound_type userAssignedNATGateway, not {self.outbound_type}"
+            )
+        return self
+
+
 class Network(StrictModel):
     """Either a new VNet + subnet (vnet_cidr, subnet_cidr) or an existing subnet (existing_subnet_id)."""
 
     vnet_cidr: Cidr | None = None
     subnet_cidr: Cidr | None = None
-    existing_subnet_id: (
-        Annotated[
-            str,
-            matching(
-                r"/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Network/virtualNetworks/[^/]+"
-                r"/subnets/[^/]+",
-                "a subnet resource id /subscriptions/<id>/resourceGroups/<rg>/providers/Microsoft.Network/"
-                "virtualNetworks/<vnet>/subnets/<subnet>",
-            ),
-        ]
-        | None
-    ) = None
+    existing_subnet_id: SubnetId | None = None
     plugin_mode: Literal["overlay"] | None = "overlay"
     pod_cidr: Cidr = "192.168.0.0/16"
     service_cidr: Cidr = "172.16.0.0/16"
     dns_service_ip: IpAddress = ipaddress.IPv4Address("172.16.0.10")
+    policy: Literal["cilium", "calico", "azure", "none"] = Field(
+        "cilium", description="the NetworkPolicy engine (cilium: Azure CNI powered by Cilium); none fails a rule"
+    )
+    egress: Egress = Field(default_factory=Egress)
 
     @model_validator(mode="after")
     def _shape(self) -> Network:
@@ -343,11 +394,80 @@ class Network(StrictModel):
         service = ipaddress.ip_network(self.service_cidr)
         if self.dns_service_ip not in service:
             raise invalid(f"dns_service_ip {self.dns_service_ip} is not inside service_cidr {service}")
+        if (
+            self.existing_subnet_id
+            and self.egress.outbound_type == "userAssignedNATGateway"
+            and self.egress.nat_gateway_id is None
+        ):
+            raise invalid(
+                "an existing subnet keeps its own egress: give egress.nat_gateway_id (the NAT gateway on that subnet)"
+                " or egress.outbound_type userDefinedRouting with route_table_id (its route table)"
+            )
         return self
 
 
+# AKS takes at most 200 authorized IP ranges (learn.microsoft.com/azure/aks/api-server-authorized-ip-ranges).
+MAX_AUTHORIZED_IP_RANGES = 200
+
+
+class ApiServer(StrictModel):
+    """Who reaches the Kubernetes API server: the authorized ranges (the platform team's and the deploying runner's
+    egress addresses), or, for a private cluster, only the cluster's network (rule Azure.AKS.AuthorizedIPs)."""
+
+    authorized_ip_ranges: list[Cidr] = Field(default_factory=list, max_length=MAX_AUTHORIZED_IP_RANGES)
+    private: bool = Field(
+        False, description="a private cluster: no public endpoint (pulumi up runs inside the network)"
+    )
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ApiServer:
+        if self.private and self.authorized_ip_ranges:
+            raise invalid("a private cluster has no public endpoint to restrict: set authorized_ip_ranges or private")
+        for cidr in self.authorized_ip_ranges:
+            if ipaddress.ip_network(cidr).prefixlen == 0:
+                raise invalid(f"{cidr} authorizes every address; list the ranges that must reach the API server")
+        return self
+
+
+class Logs(StrictModel):
+    """Control-plane logs and metrics sent to Log Analytics (a diagnostic setting on the cluster)."""
+
+    audit: bool = Field(True, description="kube-audit-admin and guard (rule Azure.AKS.AuditLogs)")
+    platform: bool = Field(
+        True,
+        description="kube-apiserver, controller manager, scheduler, autoscaler, AllMetrics (Azure.AKS.PlatformLogs)",
+    )
+    workspace_id: WorkspaceId | None = Field(
+        None, description="an existing Log Analytics workspace; default: the program creates log-<cluster>"
+    )
+    retention_days: int = Field(30, ge=30, le=730, description="retention of the workspace the program creates")
+
+
+def _rule_name(v: Any) -> str:
+    if not isinstance(v, str) or v not in RULE_NAMES:
+        raise invalid(f"unknown baseline rule {v!r}; {did_you_mean(str(v), RULE_NAMES, limit=len(RULE_NAMES))}")
+    return v
+
+
+RuleName = Annotated[str, PlainValidator(_rule_name, json_schema_input_type=str)]
+
+
+class Waiver(StrictModel):
+    """A baseline rule this stack accepts failing, and why (``gpufleet plan`` and ``gpufleet audit`` show it)."""
+
+    reason: str = Field(description="why the stack accepts the risk, in a sentence")
+
+    @field_validator("reason")
+    @classmethod
+    def _said(cls, v: str) -> str:
+        if len(v.strip()) < 10:
+            raise invalid("say why the stack accepts the risk, in a sentence (at least 10 characters)")
+        return v.strip()
+
+
 class Security(StrictModel):
-    """Secure defaults; relaxing one is an explicit line in the stack."""
+    """Secure defaults (the AKS secure baseline, :mod:`gpufleet.baseline`); relaxing one is an explicit line in the
+    stack, and a relaxation that fails a rule needs a waiver with a reason in ``waivers``."""
 
     entra_rbac: bool = True
     local_accounts: bool = False
@@ -356,6 +476,16 @@ class Security(StrictModel):
     node_public_ip: bool = False
     node_os_upgrade_channel: Literal["NodeImage", "SecurityPatch", "Unmanaged", "None"] = "NodeImage"
     cluster_upgrade_channel: Literal["none", "patch", "stable", "rapid", "node-image"] = "patch"
+    api_server: ApiServer = Field(default_factory=ApiServer)
+    defender: bool = Field(True, description="Microsoft Defender for Containers (Azure.AKS.DefenderProfile)")
+    azure_policy: bool = Field(True, description="the Azure Policy add-on (Azure.AKS.AzurePolicyAddOn)")
+    logs: Logs = Field(default_factory=Logs)
+    image_cleaner: bool = Field(True, description="Image Cleaner removes unused images weekly")
+    secrets_store_csi: bool = Field(True, description="the Key Vault Secrets Store CSI driver, with rotation")
+    encryption_at_host: bool = Field(True, description="host-based encryption on every pool's VMs")
+    waivers: dict[RuleName, Waiver] = Field(
+        default_factory=dict, description="baseline rules this stack accepts failing: rule name -> {reason}"
+    )
 
     @model_validator(mode="after")
     def _coherent(self) -> Security:
@@ -363,6 +493,9 @@ class Security(StrictModel):
             raise invalid("workload_identity needs oidc_issuer: true")
         if not self.entra_rbac and not self.local_accounts:
             raise invalid("with entra_rbac and local_accounts both off, nobody can sign in to the cluster")
+        if self.node_public_ip and self.api_server.authorized_ip_ranges:
+            # "This feature is not compatible with clusters that use Public IP Per Node" (AKS API reference)
+            raise invalid("api_server.authorized_ip_ranges do not work with node_public_ip: AKS refuses both together")
         return self
 
 
