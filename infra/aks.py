@@ -1,5 +1,6 @@
-"""The Azure side of a stack: :class:`RegionalGpuCluster` (resource group, network, AKS cluster with its system pool)
-and :class:`GpuPool` (one separate ``AgentPool`` per GPU pool).
+"""The Azure side of a stack: :class:`RegionalGpuCluster` (resource group, network and egress, Log Analytics, AKS
+cluster with its system pool and the secure baseline, diagnostic setting) and :class:`GpuPool` (one separate
+``AgentPool`` per GPU pool).
 
 Only the system pool is inline in the ``ManagedCluster``: with GPU pools inline every edit puts all pools in
 "Scaling", and mixing inline and separate pools breaks updates (pulumi-azure-native #4264, #2719). Enum-valued
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 import pulumi
 from pulumi_azure_native import containerservice as cs
-from pulumi_azure_native import network, resources
+from pulumi_azure_native import monitor, network, operationalinsights, resources
 
 from gpufleet.plan import ClusterPlan, PoolPlan
 
@@ -24,8 +25,10 @@ class ClusterArgs:
 
 
 class RegionalGpuCluster(pulumi.ComponentResource):
-    """One region's AKS cluster: resource group, VNet + subnet (or the stack's existing subnet), and the
-    ``ManagedCluster`` with the system pool and the secure defaults of ``gpufleet:aks.cluster.security``."""
+    """One region's AKS cluster: resource group, VNet + subnet (or the stack's existing subnet) with its egress (a NAT
+    gateway, or the stack's route table), the Log Analytics workspace, the ``ManagedCluster`` with the system pool
+    and the secure baseline of ``gpufleet:aks.cluster.security`` (as the plan decided it), and the cluster's
+    diagnostic setting."""
 
     resource_group: resources.ResourceGroup
     subnet_id: pulumi.Output[str]
@@ -39,8 +42,10 @@ class RegionalGpuCluster(pulumi.ComponentResource):
         self.resource_group = resources.ResourceGroup(
             f"{name}-rg", resource_group_name=plan.resource_group, location=plan.location, tags=plan.tags, opts=child
         )
-        self.subnet_id = self._subnet(name, plan, child)
-        security, system, scaler, net = plan.security, plan.system_pool, plan.autoscaler, plan.network
+        nat_gateway_id, nat_ip = self._nat_gateway(name, plan, child)
+        self.subnet_id = self._subnet(name, plan, child, nat_gateway_id)
+        workspace_id = self._workspace(name, plan, child)
+        security, scaler = plan.security, plan.autoscaler
         self.cluster = cs.ManagedCluster(
             name,
             resource_name_=name,
@@ -52,33 +57,19 @@ class RegionalGpuCluster(pulumi.ComponentResource):
                 name=cs.ManagedClusterSKUName.BASE, tier=cs.ManagedClusterSKUTier(plan.sku_tier)
             ),
             identity=cs.ManagedClusterIdentityArgs(type=cs.ResourceIdentityType.SYSTEM_ASSIGNED),
-            agent_pool_profiles=[
-                cs.ManagedClusterAgentPoolProfileArgs(
-                    name=system.name,
-                    mode=cs.AgentPoolMode.SYSTEM,
-                    type=cs.AgentPoolType.VIRTUAL_MACHINE_SCALE_SETS,
-                    os_type=cs.OSType.LINUX,
-                    os_sku=cs.OSSKU(system.os_sku),
-                    vm_size=system.vm_size,
-                    count=system.count,
-                    availability_zones=list(system.zones) or None,
-                    node_taints=list(plan.system_pool_taints),
-                    vnet_subnet_id=self.subnet_id,
-                    enable_node_public_ip=security.node_public_ip,
-                    orchestrator_version=plan.kubernetes,
-                )
-            ],
+            agent_pool_profiles=[system_pool_profile(plan, self.subnet_id)],
             enable_rbac=True,
             aad_profile=cs.ManagedClusterAADProfileArgs(managed=True, enable_azure_rbac=True)
             if security.entra_rbac
             else None,
             disable_local_accounts=not security.local_accounts,
+            api_server_access_profile=api_server_profile(plan, nat_ip),
             oidc_issuer_profile=cs.ManagedClusterOIDCIssuerProfileArgs(enabled=security.oidc_issuer),
-            security_profile=cs.ManagedClusterSecurityProfileArgs(
-                workload_identity=cs.ManagedClusterSecurityProfileWorkloadIdentityArgs(
-                    enabled=security.workload_identity
-                )
-            ),
+            security_profile=security_profile(plan, workspace_id),
+            addon_profiles={
+                a.name: cs.ManagedClusterAddonProfileArgs(enabled=a.enabled, config=dict(a.config) or None)
+                for a in plan.addons
+            },
             auto_upgrade_profile=cs.ManagedClusterAutoUpgradeProfileArgs(
                 node_os_upgrade_channel=cs.NodeOSUpgradeChannel(security.node_os_upgrade_channel),
                 upgrade_channel=cs.UpgradeChannel(security.cluster_upgrade_channel),
@@ -90,17 +81,11 @@ class RegionalGpuCluster(pulumi.ComponentResource):
                 scale_down_unneeded_time=scaler.scale_down_unneeded_time,
                 max_graceful_termination_sec=str(scaler.max_graceful_termination_seconds),
             ),
-            network_profile=cs.ContainerServiceNetworkProfileArgs(
-                network_plugin=cs.NetworkPlugin.AZURE,
-                network_plugin_mode=cs.NetworkPluginMode(net.plugin_mode) if net.plugin_mode else None,
-                pod_cidr=net.pod_cidr,
-                service_cidr=net.service_cidr,
-                dns_service_ip=str(net.dns_service_ip),
-                load_balancer_sku=cs.LoadBalancerSku.STANDARD,
-            ),
+            network_profile=network_profile(plan),
             tags=plan.tags,
             opts=child,
         )
+        self._diagnostics(name, plan, workspace_id, child)
         # Entra ID clusters hand out exec-format kubeconfigs (kubelogin); others the plain user credential.
         credentials = cs.list_managed_cluster_user_credentials_output(
             resource_group_name=self.resource_group.name,
@@ -113,8 +98,42 @@ class RegionalGpuCluster(pulumi.ComponentResource):
         )
         self.register_outputs({"cluster_id": self.cluster.id, "node_resource_group": self.cluster.node_resource_group})
 
-    def _subnet(self, name: str, plan: ClusterPlan, child: pulumi.ResourceOptions) -> pulumi.Output[str]:
-        net = plan.network
+    def _nat_gateway(
+        self, name: str, plan: ClusterPlan, child: pulumi.ResourceOptions
+    ) -> tuple[pulumi.Input[str] | None, pulumi.Output[str] | None]:
+        """The NAT gateway the subnet gets (the one the program creates, or the stack's), and the created one's
+        public address (None for the stack's own)."""
+        egress = plan.egress
+        if not egress.create_nat_gateway:
+            return egress.nat_gateway_id, None
+        address = network.PublicIPAddress(
+            f"{name}-egress-ip",
+            public_ip_address_name=f"pip-{name}-egress",
+            resource_group_name=self.resource_group.name,
+            location=plan.location,
+            sku=network.PublicIPAddressSkuArgs(
+                name=network.PublicIPAddressSkuName.STANDARD, tier=network.PublicIPAddressSkuTier.REGIONAL
+            ),
+            public_ip_allocation_method=network.IPAllocationMethod.STATIC,
+            tags=plan.tags,
+            opts=child,
+        )
+        gateway = network.NatGateway(
+            f"{name}-nat",
+            nat_gateway_name=f"ng-{name}",
+            resource_group_name=self.resource_group.name,
+            location=plan.location,
+            sku=network.NatGatewaySkuArgs(name=network.NatGatewaySkuName.STANDARD),
+            public_ip_addresses=[network.SubResourceArgs(id=address.id)],
+            tags=plan.tags,
+            opts=child,
+        )
+        return gateway.id, address.ip_address.apply(lambda ip: ip or "")
+
+    def _subnet(
+        self, name: str, plan: ClusterPlan, child: pulumi.ResourceOptions, nat_gateway_id: pulumi.Input[str] | None
+    ) -> pulumi.Output[str]:
+        net, egress = plan.network, plan.egress
         if net.existing_subnet_id:
             return pulumi.Output.from_input(net.existing_subnet_id)
         assert net.vnet_cidr is not None and net.subnet_cidr is not None
@@ -128,15 +147,130 @@ class RegionalGpuCluster(pulumi.ComponentResource):
             # the subnet is its own resource: without this, an update of the VNet would remove it
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(ignore_changes=["subnets"])),
         )
+        attach = egress.attach_to_subnet
         subnet = network.Subnet(
             f"{name}-nodes",
             subnet_name="nodes",
             resource_group_name=self.resource_group.name,
             virtual_network_name=vnet.name,
             address_prefix=net.subnet_cidr,
+            nat_gateway=network.SubResourceArgs(id=nat_gateway_id) if attach and nat_gateway_id is not None else None,
+            route_table=network.RouteTableArgs(id=egress.route_table_id) if attach and egress.route_table_id else None,
             opts=child,
         )
         return subnet.id
+
+    def _workspace(self, name: str, plan: ClusterPlan, child: pulumi.ResourceOptions) -> pulumi.Output[str] | None:
+        """The Log Analytics workspace for logs and Defender: the stack's, or one created here; None without one."""
+        monitoring = plan.monitoring
+        if monitoring is None:
+            return None
+        if monitoring.workspace_id is not None:
+            return pulumi.Output.from_input(monitoring.workspace_id)
+        workspace = operationalinsights.Workspace(
+            f"{name}-logs",
+            workspace_name=monitoring.workspace_name,
+            resource_group_name=self.resource_group.name,
+            location=plan.location,
+            sku=operationalinsights.WorkspaceSkuArgs(name=operationalinsights.WorkspaceSkuNameEnum.PER_GB2018),
+            retention_in_days=monitoring.retention_days,
+            tags=plan.tags,
+            opts=child,
+        )
+        return workspace.id
+
+    def _diagnostics(
+        self, name: str, plan: ClusterPlan, workspace_id: pulumi.Output[str] | None, child: pulumi.ResourceOptions
+    ) -> None:
+        """The cluster's diagnostic setting: the plan's log and metric categories to the workspace."""
+        monitoring = plan.monitoring
+        if monitoring is None or workspace_id is None:
+            return
+        if not monitoring.log_categories and not monitoring.metric_categories:
+            return
+        monitor.DiagnosticSetting(
+            f"{name}-diagnostics",
+            name="gpufleet",
+            resource_uri=self.cluster.id,
+            workspace_id=workspace_id,
+            log_analytics_destination_type="Dedicated",  # resource-specific tables (AKSAudit, AKSControlPlane...)
+            logs=[monitor.DiagnosticsLogSettingsArgs(category=c, enabled=True) for c in monitoring.log_categories],
+            metrics=[
+                monitor.DiagnosticsMetricSettingsArgs(category=c, enabled=True) for c in monitoring.metric_categories
+            ]
+            or None,
+            opts=child,
+        )
+
+
+def system_pool_profile(plan: ClusterPlan, subnet_id: pulumi.Input[str]) -> cs.ManagedClusterAgentPoolProfileArgs:
+    """The system pool, inline in the cluster."""
+    system = plan.system_pool
+    return cs.ManagedClusterAgentPoolProfileArgs(
+        name=system.name,
+        mode=cs.AgentPoolMode.SYSTEM,
+        type=cs.AgentPoolType.VIRTUAL_MACHINE_SCALE_SETS,
+        os_type=cs.OSType.LINUX,
+        os_sku=cs.OSSKU(system.os_sku),
+        vm_size=system.vm_size,
+        count=system.count,
+        availability_zones=list(system.zones) or None,
+        node_taints=list(plan.system_pool_taints),
+        vnet_subnet_id=subnet_id,
+        enable_node_public_ip=plan.security.node_public_ip,
+        enable_encryption_at_host=plan.system_pool_encryption_at_host,
+        orchestrator_version=plan.kubernetes,
+    )
+
+
+def api_server_profile(
+    plan: ClusterPlan, nat_ip: pulumi.Output[str] | None
+) -> cs.ManagedClusterAPIServerAccessProfileArgs | None:
+    """Who reaches the API server: the authorized ranges (with the created NAT gateway's address, from which the
+    nodes reach it), or nobody outside the network (private)."""
+    api = plan.security.api_server
+    if api.private:
+        return cs.ManagedClusterAPIServerAccessProfileArgs(enable_private_cluster=True)
+    if not api.authorized_ip_ranges:
+        return None
+    ranges: pulumi.Input[list[str]] = list(api.authorized_ip_ranges)
+    if plan.egress.authorize_nat_ip and nat_ip is not None:
+        ranges = nat_ip.apply(lambda ip: [*api.authorized_ip_ranges, f"{ip}/32"])
+    return cs.ManagedClusterAPIServerAccessProfileArgs(authorized_ip_ranges=ranges)
+
+
+def security_profile(
+    plan: ClusterPlan, workspace_id: pulumi.Output[str] | None
+) -> cs.ManagedClusterSecurityProfileArgs:
+    """Workload identity, Defender (reporting to the workspace) and Image Cleaner; each on or explicitly off."""
+    monitoring = plan.monitoring
+    defender = monitoring is not None and monitoring.defender and workspace_id is not None
+    return cs.ManagedClusterSecurityProfileArgs(
+        workload_identity=cs.ManagedClusterSecurityProfileWorkloadIdentityArgs(enabled=plan.security.workload_identity),
+        defender=cs.ManagedClusterSecurityProfileDefenderArgs(
+            log_analytics_workspace_resource_id=workspace_id if defender else None,
+            security_monitoring=cs.ManagedClusterSecurityProfileDefenderSecurityMonitoringArgs(enabled=defender),
+        ),
+        image_cleaner=cs.ManagedClusterSecurityProfileImageCleanerArgs(
+            enabled=plan.image_cleaner_hours is not None, interval_hours=plan.image_cleaner_hours
+        ),
+    )
+
+
+def network_profile(plan: ClusterPlan) -> cs.ContainerServiceNetworkProfileArgs:
+    """Azure CNI (overlay by default), the network policy engine and its dataplane, and the egress."""
+    net = plan.network
+    return cs.ContainerServiceNetworkProfileArgs(
+        network_plugin=cs.NetworkPlugin.AZURE,
+        network_plugin_mode=cs.NetworkPluginMode(net.plugin_mode) if net.plugin_mode else None,
+        network_policy=cs.NetworkPolicy(net.policy),
+        network_dataplane=cs.NetworkDataplane(plan.network_dataplane) if plan.network_dataplane else None,
+        outbound_type=cs.OutboundType(plan.egress.outbound_type),
+        pod_cidr=net.pod_cidr,
+        service_cidr=net.service_cidr,
+        dns_service_ip=str(net.dns_service_ip),
+        load_balancer_sku=cs.LoadBalancerSku.STANDARD,
+    )
 
 
 @dataclass(frozen=True)
@@ -197,6 +331,7 @@ class GpuPool(pulumi.ComponentResource):
             ),
             vnet_subnet_id=cluster.subnet_id,
             enable_node_public_ip=plan.node_public_ip,
+            enable_encryption_at_host=plan.encryption_at_host,
             tags=plan.tags,
             opts=pulumi.ResourceOptions(parent=self),
         )

@@ -2,7 +2,8 @@
 (the one ``gpufleet validate`` uses), plan it, then build the components and export the outputs.
 
 An invalid stack stops here with the validator's ``file:line: key.path: message`` lines, before any resource is
-registered.
+registered; so does a stack whose cluster fails a high or medium rule of the AKS secure baseline it does not waive
+(:mod:`gpufleet.baseline`, the judgement ``gpufleet audit`` prints).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import pulumi
 
+from gpufleet.baseline import audit
 from gpufleet.catalog import load_catalog
 from gpufleet.plan import StackPlan, plan_stack
 from gpufleet.spec import StackNotFound, load_stack, resolve_stack
@@ -42,7 +44,16 @@ def load(stack_name: str, root: Path = PROJECT_ROOT) -> StackPlan:
             f"stack {stack_name} has no gpufleet:aks; its bare-metal hosts are configured with Ansible"
             " (ansible/site.yml), not with Pulumi"
         )
-    return plan_stack(loaded.stack, catalog)
+    plan = plan_stack(loaded.stack, catalog)
+    # the secure baseline is the default: a cluster with unwaived high or medium failures is not built
+    blocking = audit(plan).blocking
+    if blocking:
+        lines = "\n".join(str(loaded.place(r.rule.setting, r.message)) for r in blocking)
+        raise InvalidStack(
+            f"stack {stack_name} fails the AKS secure baseline (gpufleet audit {stack_name}); nothing was"
+            f" changed:\n{lines}"
+        )
+    return plan
 
 
 @dataclass

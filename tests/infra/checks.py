@@ -25,10 +25,15 @@ from gpufleet.labels import (
 )
 from gpufleet.spec.models import AksManagedMig, OperatorManagedMig, Stack
 from tests.charts import PINNED, chart_keys, unknown_keys
-from tests.infra.harness import Registered
+from tests.infra.harness import NAT_IP, Registered
 
 CLUSTER = "azure-native:containerservice:ManagedCluster"
 AGENT_POOL = "azure-native:containerservice:AgentPool"
+SUBNET = "azure-native:network:Subnet"
+NAT_GATEWAY = "azure-native:network:NatGateway"
+PUBLIC_IP = "azure-native:network:PublicIPAddress"
+WORKSPACE = "azure-native:operationalinsights:Workspace"
+DIAGNOSTIC_SETTING = "azure-native:monitor:DiagnosticSetting"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 NAMESPACE = "kubernetes:core/v1:Namespace"
 K8S_PROVIDER = "pulumi:providers:kubernetes"
@@ -65,6 +70,9 @@ CLUSTER_ENUMS: dict[str, Allowed] = {
     "networkProfile.networkPlugin": cs.NetworkPlugin,
     "networkProfile.networkPluginMode": cs.NetworkPluginMode,
     "networkProfile.loadBalancerSku": cs.LoadBalancerSku,
+    "networkProfile.networkPolicy": cs.NetworkPolicy,
+    "networkProfile.networkDataplane": cs.NetworkDataplane,
+    "networkProfile.outboundType": cs.OutboundType,
 }
 
 
@@ -304,4 +312,92 @@ def release_problems(resources: list[Registered], stack: Stack) -> list[str]:
         out.append("no single Kubernetes provider with a clusterIdentifier")
     elif not (release.provider or "").rsplit("::", 1)[0].endswith(f"::{providers[0].name}"):  # ref: URN::id
         out.append(f"the release uses provider {release.provider}, not {providers[0].name}")
+    return out
+
+
+# -- the AKS secure baseline, read from the resources as PSRule for Azure reads a cluster's ARM properties ---------
+
+# Written out here, apart from gpufleet.baseline, so that a wrong constant there fails against these.
+AUDIT_LOGS = ({"kube-audit", "kube-audit-admin"}, "guard")  # PSRule: kube-audit or kube-audit-admin, and guard
+PLATFORM_LOGS = ("cluster-autoscaler", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+CONTROLLED_OUTBOUND = {"userDefinedRouting", "managedNATGateway", "userAssignedNATGateway"}
+
+
+def _enabled_categories(resources: list[Registered], cluster_id: str) -> tuple[set[str], set[str]]:
+    """The log and metric categories the diagnostic settings of ``cluster_id`` send to a Log Analytics workspace."""
+    logs: set[str] = set()
+    metrics: set[str] = set()
+    for setting in of_type(resources, DIAGNOSTIC_SETTING):
+        i = setting.inputs
+        if i.get("resourceUri") != cluster_id or not i.get("workspaceId"):
+            continue
+        logs |= {x["category"] for x in i.get("logs") or [] if x.get("enabled")}
+        metrics |= {x["category"] for x in i.get("metrics") or [] if x.get("enabled")}
+    return logs, metrics
+
+
+def baseline_results(resources: list[Registered], cluster_id: str) -> dict[str, bool]:
+    """Each baseline rule, passed (True) or not, judged on the registered ManagedCluster, AgentPools and diagnostic
+    settings (``cluster_id``: the cluster's id as the mocks return it)."""
+    c = the(resources, CLUSTER).inputs
+    pools = [p.inputs for p in of_type(resources, AGENT_POOL)] + list(c.get("agentPoolProfiles") or [])
+    logs, metrics = _enabled_categories(resources, cluster_id)
+    addons = c.get("addonProfiles") or {}
+    return {
+        "Azure.AKS.AuthorizedIPs": bool(
+            _get(c, "apiServerAccessProfile.enablePrivateCluster")
+            or _get(c, "apiServerAccessProfile.authorizedIPRanges")
+        ),
+        "Azure.AKS.NetworkPolicy": _get(c, "networkProfile.networkPolicy") in {"azure", "calico", "cilium"},
+        "Azure.AKS.LocalAccounts": c.get("disableLocalAccounts") is True,
+        "Azure.AKS.ManagedAAD": _get(c, "aadProfile.managed") is True,
+        "Azure.AKS.AzureRBAC": _get(c, "aadProfile.enableAzureRBAC") is True,
+        "Azure.AKS.DefenderProfile": _get(c, "securityProfile.defender.securityMonitoring.enabled") is True
+        and bool(_get(c, "securityProfile.defender.logAnalyticsWorkspaceResourceId")),
+        "Azure.AKS.AzurePolicyAddOn": _get(addons, "azurepolicy.enabled") is True,
+        "Azure.AKS.AuditLogs": bool(logs & AUDIT_LOGS[0]) and AUDIT_LOGS[1] in logs,
+        "Azure.AKS.PlatformLogs": set(PLATFORM_LOGS) <= logs and "AllMetrics" in metrics,
+        "gpufleet.AKS.EgressControl": _get(c, "networkProfile.outboundType") in CONTROLLED_OUTBOUND,
+        "gpufleet.AKS.ImageCleaner": _get(c, "securityProfile.imageCleaner.enabled") is True,
+        "Azure.AKS.SecretStore": _get(addons, "azureKeyvaultSecretsProvider.enabled") is True,
+        "Azure.AKS.SecretStoreRotation": _get(addons, "azureKeyvaultSecretsProvider.enabled") is True
+        and _get(addons, "azureKeyvaultSecretsProvider.config.enableSecretRotation") == "true",
+        "gpufleet.AKS.EncryptionAtHost": bool(pools) and all(p.get("enableEncryptionAtHost") is True for p in pools),
+    }
+
+
+def baseline_wiring_problems(resources: list[Registered], cluster_id: str) -> list[str]:
+    """What the baseline's settings need around the cluster: Defender and the diagnostic setting report to the one
+    workspace; a created NAT gateway (with its public IP) is the nodes' subnet's, and its address is authorized on
+    the API server; Cilium policies run on the Cilium dataplane; a route table for userDefinedRouting."""
+    c = the(resources, CLUSTER).inputs
+    out = []
+    workspaces = {f"/mock/{WORKSPACE}/{w.name}" for w in of_type(resources, WORKSPACE)}
+    defender_ws = _get(c, "securityProfile.defender.logAnalyticsWorkspaceResourceId")
+    diag_ws = {d.inputs.get("workspaceId") for d in of_type(resources, DIAGNOSTIC_SETTING)}
+    if workspaces and ({defender_ws} | diag_ws) - {None} - workspaces:
+        out.append(
+            f"Defender ({defender_ws}) or diagnostics ({diag_ws}) report elsewhere than the workspace {workspaces}"
+        )
+    for d in of_type(resources, DIAGNOSTIC_SETTING):
+        if d.inputs.get("resourceUri") != cluster_id:
+            out.append(f"DiagnosticSetting {d.name}: resourceUri {d.inputs.get('resourceUri')}, not the cluster")
+    if _get(c, "networkProfile.networkPolicy") == "cilium" and _get(c, "networkProfile.networkDataplane") != "cilium":
+        out.append("networkPolicy cilium without networkDataplane cilium")
+    outbound = _get(c, "networkProfile.outboundType")
+    subnets = of_type(resources, SUBNET)
+    gateways = of_type(resources, NAT_GATEWAY)
+    if outbound == "userAssignedNATGateway" and subnets:
+        attached = {_get(s.inputs, "natGateway.id") for s in subnets}
+        if None in attached:
+            out.append("userAssignedNATGateway, but the nodes' subnet has no NAT gateway")
+        for gateway in gateways:
+            ips = [_get(x, "id") for x in gateway.inputs.get("publicIpAddresses") or []]
+            if f"/mock/{NAT_GATEWAY}/{gateway.name}" not in attached or not ips:
+                out.append(f"NatGateway {gateway.name}: not the subnet's, or without a public IP")
+    if outbound == "userDefinedRouting" and subnets and any(not _get(s.inputs, "routeTable.id") for s in subnets):
+        out.append("userDefinedRouting, but the nodes' subnet has no route table")
+    ranges = _get(c, "apiServerAccessProfile.authorizedIPRanges") or []
+    if ranges and of_type(resources, PUBLIC_IP) and f"{NAT_IP}/32" not in ranges:
+        out.append(f"the nodes' egress address {NAT_IP} is not among the API server's authorized ranges {ranges}")
     return out

@@ -24,6 +24,7 @@ contexts: [{name: aks, context: {cluster: aks, user: clusterUser}}]
 current-context: aks
 """
 CREDENTIALS_TOKEN = "azure-native:containerservice:listManagedClusterUserCredentials"
+NAT_IP = "198.51.100.200"  # the address the mocks give a created public IP (a documentation address)
 
 
 @dataclass
@@ -44,6 +45,9 @@ class Recorder(pulumi.runtime.Mocks):
         outputs = dict(args.inputs)
         if args.typ == "azure-native:containerservice:ManagedCluster":
             outputs["nodeResourceGroup"] = f"MC_{args.inputs.get('resourceName', args.name)}"
+        if args.typ == "azure-native:network:PublicIPAddress":
+            outputs["ipAddress"] = NAT_IP  # Azure assigns a static address on creation
+
         if args.typ.startswith("azure-native:"):
             outputs.setdefault("name", args.inputs.get("resourceName") or args.name)
         return f"/mock/{args.typ}/{args.name}", outputs

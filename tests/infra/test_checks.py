@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gpufleet.baseline import RULE_NAMES
 from gpufleet.catalog import load_catalog
 from gpufleet.spec import load_stack
 from tests.conftest import REPO
@@ -157,4 +158,97 @@ def test_a_deliberately_broken_fixture_fails_the_checks():
         "ManagedCluster broken: GPU pool h100 (Standard_ND96isr_H100_v5) is inline",
         "AgentPool gpu_spot: spot pool with upgradeSettings.maxSurge",
         "AgentPool gpu_spot: spot pool without AKS's own spot taint and label (a diff on every refresh)",
+    ]
+
+
+EASTUS_CLUSTER_ID = f"/mock/{checks.CLUSTER}/gpufleet-prod-eastus"
+SECRETS = "azureKeyvaultSecretsProvider"
+# rule -> the resource to break, which one, the edit, and the rules that then fail
+BASELINE_BREAKS: dict[str, tuple[str, str | int, Callable[[dict[str, Any]], None], set[str]]] = {
+    "Azure.AKS.AuthorizedIPs": (checks.CLUSTER, 0, lambda i: i.pop("apiServerAccessProfile"), set()),
+    "Azure.AKS.NetworkPolicy": (checks.CLUSTER, 0, lambda i: i["networkProfile"].update(networkPolicy="none"), set()),
+    "Azure.AKS.LocalAccounts": (checks.CLUSTER, 0, lambda i: i.update(disableLocalAccounts=False), set()),
+    "Azure.AKS.ManagedAAD": (checks.CLUSTER, 0, lambda i: i.pop("aadProfile"), {"Azure.AKS.AzureRBAC"}),
+    "Azure.AKS.AzureRBAC": (checks.CLUSTER, 0, lambda i: i["aadProfile"].update(enableAzureRBAC=False), set()),
+    "Azure.AKS.DefenderProfile": (
+        checks.CLUSTER,
+        0,
+        lambda i: i["securityProfile"]["defender"]["securityMonitoring"].update(enabled=False),
+        set(),
+    ),
+    "Azure.AKS.AzurePolicyAddOn": (checks.CLUSTER, 0, lambda i: i["addonProfiles"].pop("azurepolicy"), set()),
+    "Azure.AKS.AuditLogs": (
+        checks.DIAGNOSTIC_SETTING,
+        0,
+        lambda i: i.update(logs=[x for x in i["logs"] if x["category"] != "guard"]),
+        set(),
+    ),
+    "Azure.AKS.PlatformLogs": (checks.DIAGNOSTIC_SETTING, 0, lambda i: i.pop("metrics"), set()),
+    "gpufleet.AKS.EgressControl": (
+        checks.CLUSTER,
+        0,
+        lambda i: i["networkProfile"].update(outboundType="loadBalancer"),
+        set(),
+    ),
+    "gpufleet.AKS.ImageCleaner": (
+        checks.CLUSTER,
+        0,
+        lambda i: i["securityProfile"]["imageCleaner"].update(enabled=False),
+        set(),
+    ),
+    "Azure.AKS.SecretStore": (
+        checks.CLUSTER,
+        0,
+        lambda i: i["addonProfiles"][SECRETS].update(enabled=False),
+        {"Azure.AKS.SecretStoreRotation"},
+    ),
+    "Azure.AKS.SecretStoreRotation": (
+        checks.CLUSTER,
+        0,
+        lambda i: i["addonProfiles"][SECRETS]["config"].update(enableSecretRotation="false"),
+        set(),
+    ),
+    "gpufleet.AKS.EncryptionAtHost": (
+        checks.AGENT_POOL,
+        "t4spot",
+        lambda i: i.update(enableEncryptionAtHost=False),
+        set(),
+    ),
+}
+
+
+def test_every_baseline_rule_can_be_broken():
+    assert set(BASELINE_BREAKS) == set(RULE_NAMES)
+
+
+@pytest.mark.parametrize("rule", sorted(BASELINE_BREAKS))
+def test_baseline_check(eastus, rule: str):
+    assert all(checks.baseline_results(eastus, EASTUS_CLUSTER_ID).values())
+    typ, which, edit, also = BASELINE_BREAKS[rule]
+    results = checks.baseline_results(broken(eastus, typ, which, edit), EASTUS_CLUSTER_ID)
+    assert {name for name, ok in results.items() if not ok} == {rule, *also}
+
+
+def test_baseline_wiring_check(eastus):
+    assert checks.baseline_wiring_problems(eastus, EASTUS_CLUSTER_ID) == []
+    bad = broken(eastus, checks.SUBNET, 0, lambda i: i.pop("natGateway"))
+    assert checks.baseline_wiring_problems(bad, EASTUS_CLUSTER_ID)[0] == (
+        "userAssignedNATGateway, but the nodes' subnet has no NAT gateway"
+    )
+    bad = broken(eastus, checks.CLUSTER, 0, lambda i: i["networkProfile"].pop("networkDataplane"))
+    assert checks.baseline_wiring_problems(bad, EASTUS_CLUSTER_ID) == [
+        "networkPolicy cilium without networkDataplane cilium"
+    ]
+    bad = broken(
+        eastus, checks.CLUSTER, 0, lambda i: i["apiServerAccessProfile"].update(authorizedIPRanges=["203.0.113.0/28"])
+    )
+    assert (
+        "is not among the API server's authorized ranges" in checks.baseline_wiring_problems(bad, EASTUS_CLUSTER_ID)[0]
+    )
+    bad = broken(eastus, checks.DIAGNOSTIC_SETTING, 0, lambda i: i.update(workspaceId="/elsewhere"))
+    assert "report elsewhere than the workspace" in checks.baseline_wiring_problems(bad, EASTUS_CLUSTER_ID)[0]
+    bad = broken(eastus, checks.DIAGNOSTIC_SETTING, 0, lambda i: i.update(resourceUri="/other"))
+    setting = checks.of_type(eastus, checks.DIAGNOSTIC_SETTING)[0].name
+    assert checks.baseline_wiring_problems(bad, EASTUS_CLUSTER_ID) == [
+        f"DiagnosticSetting {setting}: resourceUri /other, not the cluster"
     ]

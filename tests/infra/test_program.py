@@ -9,14 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.baseline import RULE_NAMES, audit
 from gpufleet.catalog import load_catalog
+from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack, stack_files
 from gpufleet.spec.load import stack_name_from_file
 from gpufleet.spec.models import Stack
 from infra.program import InvalidStack
 from tests.conftest import REPO
 from tests.infra import checks
-from tests.infra.harness import KUBECONFIG, Recorder, Run, run_program
+from tests.infra.harness import KUBECONFIG, NAT_IP, Recorder, Run, run_program
 
 
 def _aks_examples() -> dict[str, Stack]:
@@ -122,6 +124,30 @@ def test_a_cluster_that_keeps_the_aks_driver_gets_the_device_plugin_chart():
     assert {p.inputs["gpuProfile"]["driver"] for p in pools} == {"Install"}
 
 
+def test_the_resources_carry_the_baseline_the_audit_reports(example):
+    """Read from the registered resources as PSRule reads a cluster, each rule passes exactly where gpufleet's audit
+    of the plan says it passes (a waived rule fails on the resources too), and its settings are wired together."""
+    stack, run = example
+    report = audit(plan_stack(stack, load_catalog()))
+    expected = {r.rule.name: r.status == "pass" for r in report.results}
+    cluster_id = run.outputs["cluster_id"]
+    assert checks.baseline_results(run.recorder.resources, cluster_id) == expected
+    assert checks.baseline_wiring_problems(run.recorder.resources, cluster_id) == []
+
+
+@pytest.mark.parametrize("stack", ["prod-westeurope", "prod-eastus"])
+def test_prod_clusters_pass_every_baseline_rule_on_their_resources(stack: str):
+    run = run_program(stack)
+    results = checks.baseline_results(run.recorder.resources, run.outputs["cluster_id"])
+    assert set(results) == set(RULE_NAMES)
+    assert [rule for rule, ok in results.items() if not ok] == []
+    cluster = checks.the(run.recorder.resources, checks.CLUSTER).inputs
+    assert cluster["networkProfile"]["outboundType"] == "userAssignedNATGateway"
+    assert cluster["networkProfile"]["networkDataplane"] == "cilium"
+    assert f"{NAT_IP}/32" in cluster["apiServerAccessProfile"]["authorizedIPRanges"]
+    assert len(checks.of_type(run.recorder.resources, checks.WORKSPACE)) == 1
+
+
 def _copy_example(tmp_path: Path, stack: str, edit: tuple[str, str] | None = None) -> Path:
     text = (REPO / f"Pulumi.{stack}.yaml").read_text()
     if edit is not None:
@@ -175,4 +201,83 @@ def test_the_program_imports_only_the_provider_services_it_uses():
     modules = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     services = {m.split(".")[1] for m in modules if m.startswith("pulumi_azure_native.") and m.count(".") >= 1}
     # _utilities, config and provider are the package itself (every service imports them)
-    assert services - {"_utilities", "config", "provider"} == {"containerservice", "network", "resources"}
+    assert services - {"_utilities", "config", "provider"} == {
+        "containerservice",
+        "monitor",
+        "network",
+        "operationalinsights",
+        "resources",
+    }
+
+
+def _with_cluster_settings(tmp_path: Path, stack: str, network: str, security: str) -> Path:
+    """A copy of an example stack whose network (after the CIDRs) and security blocks are replaced."""
+    text = (REPO / f"Pulumi.{stack}.yaml").read_text()
+    head, rest = text.split("      security:\n", 1)
+    _, tail = rest.split("    gpu_pools:\n", 1)
+    (tmp_path / f"Pulumi.{stack}.yaml").write_text(head + network + security + "    gpu_pools:\n" + tail)
+    return tmp_path
+
+
+def test_a_cluster_failing_the_baseline_registers_nothing_and_says_where(tmp_path: Path):
+    root = _with_cluster_settings(tmp_path, "prod-eastus", "", "      security: {defender: false}\n")
+    recorder = Recorder()
+    with pytest.raises(InvalidStack) as err:
+        run_program("prod-eastus", root, recorder)
+    message = str(err.value)
+    assert "fails the AKS secure baseline (gpufleet audit prod-eastus); nothing was changed" in message
+    lines = (root / "Pulumi.prod-eastus.yaml").read_text().splitlines()
+    at = lines.index("      security: {defender: false}") + 1
+    assert (
+        f"Pulumi.prod-eastus.yaml:{at}: aks.cluster.security.api_server: Azure.AKS.AuthorizedIPs (high) fails"
+        in message
+    )
+    assert f"Pulumi.prod-eastus.yaml:{at}: aks.cluster.security.defender: Azure.AKS.DefenderProfile (medium)" in message
+    assert "gpufleet.AKS" not in message  # the other rules pass
+    assert recorder.resources == []
+
+
+ALL_WAIVED = "".join(f"          {rule}: {{reason: a test of every setting turned off}}\n" for rule in RULE_NAMES)
+
+
+@pytest.mark.parametrize(
+    ("case", "network", "security"),
+    [
+        (
+            "userDefinedRouting through the stack's route table, a private API server",
+            "        egress:\n          outbound_type: userDefinedRouting\n          route_table_id: /subscriptions/s/"
+            "resourceGroups/hub/providers/Microsoft.Network/routeTables/to-firewall\n",
+            "      security: {api_server: {private: true}}\n",
+        ),
+        (
+            "every baseline setting off, each rule waived",
+            "        policy: none\n        egress: {outbound_type: loadBalancer}\n",
+            "      security:\n        entra_rbac: false\n        local_accounts: true\n        defender: false\n"
+            "        azure_policy: false\n        logs: {audit: false, platform: false}\n        image_cleaner: false\n"
+            "        secrets_store_csi: false\n        encryption_at_host: false\n        waivers:\n" + ALL_WAIVED,
+        ),
+    ],
+    ids=["udr-private", "all-off-waived"],
+)
+def test_other_baseline_settings_reach_the_resources_as_the_audit_reports(
+    tmp_path: Path, case: str, network: str, security: str
+):
+    root = _with_cluster_settings(tmp_path, "prod-eastus", network, security)
+    loaded = load_stack(root / "Pulumi.prod-eastus.yaml")
+    assert loaded.ok, loaded.diagnostics
+    report = audit(plan_stack(loaded.stack, load_catalog()))
+    run = run_program("prod-eastus", root)
+    resources, cluster_id = run.recorder.resources, run.outputs["cluster_id"]
+    assert checks.baseline_results(resources, cluster_id) == {r.rule.name: r.status == "pass" for r in report.results}
+    assert checks.baseline_wiring_problems(resources, cluster_id) == []
+    assert checks.enum_problems(resources) == []
+    assert checks.of_type(resources, checks.NAT_GATEWAY) == [], case
+    if "private" in case:
+        assert report.ok and all(r.status == "pass" for r in report.results)
+        cluster = checks.the(resources, checks.CLUSTER).inputs
+        assert cluster["apiServerAccessProfile"] == {"enablePrivateCluster": True}
+        (subnet,) = checks.of_type(resources, checks.SUBNET)
+        assert subnet.inputs["routeTable"]["id"].endswith("/routeTables/to-firewall")
+    else:
+        assert report.ok and {r.status for r in report.results} == {"waived"}
+        assert checks.of_type(resources, checks.WORKSPACE) == checks.of_type(resources, checks.DIAGNOSTIC_SETTING) == []
