@@ -100,7 +100,7 @@ class RegionalGpuCluster(pulumi.ComponentResource):
 
     def _nat_gateway(
         self, name: str, plan: ClusterPlan, child: pulumi.ResourceOptions
-    ) -> tuple[pulumi.Input[str] | None, pulumi.Output[str] | None]:
+    ) -> tuple[pulumi.Input[str] | None, pulumi.Output[str | None] | None]:
         """The NAT gateway the subnet gets (the one the program creates, or the stack's), and the created one's
         public address (None for the stack's own)."""
         egress = plan.egress
@@ -128,7 +128,7 @@ class RegionalGpuCluster(pulumi.ComponentResource):
             tags=plan.tags,
             opts=child,
         )
-        return gateway.id, address.ip_address.apply(lambda ip: ip or "")
+        return gateway.id, address.ip_address
 
     def _subnet(
         self, name: str, plan: ClusterPlan, child: pulumi.ResourceOptions, nat_gateway_id: pulumi.Input[str] | None
@@ -224,7 +224,7 @@ def system_pool_profile(plan: ClusterPlan, subnet_id: pulumi.Input[str]) -> cs.M
 
 
 def api_server_profile(
-    plan: ClusterPlan, nat_ip: pulumi.Output[str] | None
+    plan: ClusterPlan, nat_ip: pulumi.Output[str | None] | None
 ) -> cs.ManagedClusterAPIServerAccessProfileArgs | None:
     """Who reaches the API server: the authorized ranges (with the created NAT gateway's address, from which the
     nodes reach it), or nobody outside the network (private)."""
@@ -235,7 +235,7 @@ def api_server_profile(
         return None
     ranges: pulumi.Input[list[str]] = list(api.authorized_ip_ranges)
     if plan.egress.authorize_nat_ip and nat_ip is not None:
-        ranges = nat_ip.apply(lambda ip: [*api.authorized_ip_ranges, f"{ip}/32"])
+        ranges = nat_ip.apply(lambda ip: [*api.authorized_ip_ranges, *([f"{ip}/32"] if ip else [])])
     return cs.ManagedClusterAPIServerAccessProfileArgs(authorized_ip_ranges=ranges)
 
 

@@ -5,6 +5,7 @@ The Pulumi side (the resources carry what the audit reports) is tests/infra/test
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from gpufleet.baseline import RULE_NAMES, RULES, audit
 from gpufleet.catalog import load_catalog
 from gpufleet.plan import plan_stack
+from gpufleet.plan.build import workspace_name
 from gpufleet.spec import load_stack_text
 from tests.conftest import REPO, TODAY
 
@@ -180,3 +182,11 @@ def test_audit_help_says_when_it_exits_1():
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     assert "Exit 0 when no high or medium rule fails" in text and "1 when one does" in text
+
+
+def test_the_created_workspace_gets_a_name_log_analytics_accepts():
+    """Log Analytics workspace names: 4-63 letters, digits and '-', starting and ending with a letter or digit; AKS
+    names may hold '_' and run to 63 characters."""
+    assert workspace_name("gpufleet-prod-westeurope") == "log-gpufleet-prod-westeurope"
+    for cluster in ("a_" * 31 + "b", "x" * 63, "ab"):
+        assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]{2,61}[A-Za-z0-9]", workspace_name(cluster)), cluster
