@@ -129,6 +129,8 @@ def _entry(path: str, n: int, text: str) -> Entry:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise LedgerError(f"{path}:{n}: not JSON ({exc.msg}); {RESTORE_HINT}") from None
+    except (ValueError, RecursionError):  # an integer of thousands of digits, nesting past Python's recursion limit
+        raise LedgerError(f"{path}:{n}: not a ledger entry (too large or too deeply nested); {RESTORE_HINT}") from None
     if not isinstance(data, dict):
         raise LedgerError(f"{path}:{n}: not a JSON object; {RESTORE_HINT}")
     problem = _field_problem(data)

@@ -94,6 +94,10 @@ def read_yaml(path: str | FsPath | None, text: str | None = None) -> tuple[Any, 
             text = read_text_file(file)
         except InputFileError as exc:
             return None, [exc.diagnostic]
+    # ruamel's scanner slows down with each open flow collection (thousands of '[' take seconds before the parser's
+    # recursion gives up), so deep flow nesting is found first by the scan, which stops at MAX_DEPTH.
+    if text.count("[") + text.count("{") > MAX_DEPTH and (line := _too_deep_line(text)):
+        return None, [Diagnostic(file, line, "", f"YAML: nested deeper than {MAX_DEPTH} levels")]
     try:
         doc = parse_yaml(text)
     except MarkedYAMLError as exc:
@@ -106,7 +110,7 @@ def read_yaml(path: str | FsPath | None, text: str | None = None) -> tuple[Any, 
         what = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
         return None, [Diagnostic(file, line, "", f"YAML: control character {what} is not allowed; remove it")]
     except RecursionError:
-        line = _too_deep_line(text)
+        line = _too_deep_line(text) or 1
         return None, [Diagnostic(file, line, "", f"YAML: nested deeper than {MAX_DEPTH} levels")]
     except YAMLError as exc:
         return None, [Diagnostic(file, 1, "", f"YAML: {exc}")]
@@ -116,8 +120,8 @@ def read_yaml(path: str | FsPath | None, text: str | None = None) -> tuple[Any, 
     return doc, []
 
 
-def _too_deep_line(text: str) -> int:
-    """The line where ``text`` first nests deeper than ``MAX_DEPTH`` (the scanner is not recursive)."""
+def _too_deep_line(text: str) -> int | None:
+    """The line where ``text`` first nests deeper than ``MAX_DEPTH``, or None (the scanner is not recursive)."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
     from ruamel.yaml.tokens import (
@@ -141,7 +145,7 @@ def _too_deep_line(text: str) -> int:
                     return token.start_mark.line + 1
             elif isinstance(token, closing):
                 depth -= 1
-    return 1
+    return None
 
 
 def _too_complex(doc: Any) -> tuple[int, str, str] | None:

@@ -239,3 +239,24 @@ def test_a_count_of_thousands_of_digits_is_a_usage_error():
         "error: '1g.10gb=99999999999999999999999999999999'...: a count of at most 6 digits (one GPU holds at most 7"
         " instances)"
     )
+
+
+def test_thousands_of_open_brackets_are_refused_before_the_parser_runs(monkeypatch: pytest.MonkeyPatch):
+    # ruamel's scanner slows with each open flow collection: 6,000 took 3 s before its recursion gave up (the fuzz
+    # test's time limit found it); the depth scan stops at the limit instead
+    import gpufleet.yamldoc
+
+    def no_parser(_text: str) -> None:
+        raise AssertionError("parsed")
+
+    monkeypatch.setattr(gpufleet.yamldoc, "parse_yaml", no_parser)
+    text = "config:\n  gpufleet:stage: " + "[" * 6000 + "\n"
+    assert errors(text) == [f"s.yaml:2: YAML: nested deeper than {MAX_DEPTH} levels"]
+
+
+@pytest.mark.parametrize("line", ['{"time": ' + "9" * 5000 + "}", "[" * 5000 + "]" * 5000])
+def test_a_ledger_line_python_cannot_read_is_a_ledger_error_naming_it(tmp_path: Path, line: str):
+    from gpufleet.promote_ledger import LedgerError, _entry
+
+    with pytest.raises(LedgerError, match=r"^promotion-ledger.jsonl:3: not a ledger entry \(too large or too deeply"):
+        _entry("promotion-ledger.jsonl", 3, line)
