@@ -164,9 +164,7 @@ def promote_to(
     policy = _policy(project)
     _stack_name(target, "TARGET")
     if policy.position(target) is None:
-        raise usage_error(
-            f"{target} is not in {project / 'promotion.yaml'}; its stacks: {', '.join(policy.stacks())}"
-        )
+        raise usage_error(f"{target} is not in {project / 'promotion.yaml'}; its stacks: {', '.join(policy.stacks())}")
     if source is None:
         source = default_source(policy, target)
         if source is None:
