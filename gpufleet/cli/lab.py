@@ -20,6 +20,7 @@ from gpufleet.cli.common import (
     load_or_exit,
     out,
     project_root,
+    shown,
     usage_error,
 )
 from gpufleet.lab.config import LAB_STACK
@@ -95,7 +96,7 @@ def lab_up(
     try:
         result = _lab(hosts, prefix, as_json).up(inventory=inventory, fresh=fresh)
     except LabError as exc:
-        err.print(f"[red]lab up failed:[/red] {exc}", markup=True)
+        err.print(f"[red]lab up failed:[/red] {shown(exc)}")
         raise typer.Exit(EXIT_INVALID) from None
     if as_json:
         emit_json(
@@ -200,7 +201,7 @@ def lab_run(
     try:
         result = run_main_job(project, inventory, _lab(hosts, prefix), say, setup_seconds=setup, fresh=fresh)
     except LabError as exc:
-        err.print(f"[red]lab up failed:[/red] {exc}", markup=True)
+        err.print(f"[red]lab up failed:[/red] {shown(exc)}")
         raise typer.Exit(EXIT_INVALID) from None
     for r in result.reports:
         out.print(r.render(), markup=False)

@@ -260,3 +260,20 @@ def test_a_ledger_line_python_cannot_read_is_a_ledger_error_naming_it(tmp_path: 
 
     with pytest.raises(LedgerError, match=r"^promotion-ledger.jsonl:3: not a ledger entry \(too large or too deeply"):
         _entry("promotion-ledger.jsonl", 3, line)
+
+
+def test_a_lab_error_is_printed_as_it_is(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    # libvirt's and QEMU's messages carry brackets ("[/x]" crashed rich) and may carry terminal codes
+    import gpufleet.cli.lab
+    from gpufleet.cli import main
+    from gpufleet.lab import LabError
+
+    class Broken:
+        def up(self, **_kwargs: object) -> None:
+            raise LabError("domain [/lab-0] failed: \x1b[31mno KVM")
+
+    monkeypatch.setattr(gpufleet.cli.lab, "_lab", lambda *_a, **_k: Broken())
+    with pytest.raises(SystemExit) as exit_:
+        main(["lab", "up", "--root", str(REPO)])
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err.strip() == "lab up failed: domain [/lab-0] failed: \\x1b[31mno KVM"
