@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,21 +15,9 @@ from gpufleet.catalog import load_catalog
 from gpufleet.plan import plan_stack
 from gpufleet.plan.build import workspace_name
 from gpufleet.spec import load_stack_text
-from tests.conftest import REPO, TODAY
+from tests.conftest import REPO, TODAY, gpufleet
 
 PROD = (REPO / "Pulumi.prod-westeurope.yaml").read_text()
-
-
-def gpufleet(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpufleet", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
 
 
 def _project(tmp_path: Path, text: str, stack: str = "prod-westeurope") -> Path:

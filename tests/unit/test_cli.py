@@ -10,18 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-
-
-def gpufleet(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpufleet", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+from tests.conftest import REPO, gpufleet
 
 
 def test_validate_all_example_stacks():

@@ -3,15 +3,13 @@ usage), never with a bare traceback; ``gpufleet --debug`` adds the traceback for
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 import gpufleet.cli.stack
 from gpufleet.cli import main
 from gpufleet.cli.common import EXIT_INTERNAL
 from tests.conftest import REPO
+from tests.conftest import gpufleet as run_gpufleet
 
 
 def broken_loader(*_args, **_kwargs):
@@ -47,16 +45,7 @@ def test_debug_prints_the_traceback_too(capsys: pytest.CaptureFixture[str]):
 
 
 def test_the_exit_codes_are_in_help_and_bad_input_and_usage_keep_theirs():
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "gpufleet", *args],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-        )
-
-    help_text = " ".join(run("--help").stdout.split())
+    help_text = " ".join(run_gpufleet("--help").stdout.split())
     assert "Exit codes: 0 success, 1 the input is wrong, 2 usage error, 3 internal error" in help_text
-    assert run("validate", "tests/fixtures/invalid/many_errors_at_once.yaml").returncode == 1
-    assert run("validate", "--no-such-option").returncode == 2
+    assert run_gpufleet("validate", "tests/fixtures/invalid/many_errors_at_once.yaml").returncode == 1
+    assert run_gpufleet("validate", "--no-such-option").returncode == 2

@@ -4,8 +4,6 @@ option), never a traceback, a hang or a terminal driven by the input: the cases 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,21 +12,9 @@ from gpufleet.catalog import load_catalog
 from gpufleet.mig.demand import MAX_FLEET_GPUS, load_demand
 from gpufleet.spec import load_stack, load_stack_text
 from gpufleet.yamldoc import MAX_ALIASES, MAX_DEPTH, MAX_FILE_BYTES, read_yaml
-from tests.conftest import REPO
+from tests.conftest import REPO, gpufleet
 
 STACK = (REPO / "Pulumi.dev-westeurope.yaml").read_text()
-
-
-def gpufleet(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpufleet", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def errors(text: str) -> list[str]:

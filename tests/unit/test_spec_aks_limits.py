@@ -4,29 +4,15 @@ in place)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from gpufleet.catalog import load_catalog
 from gpufleet.spec import load_stack_text
 from gpufleet.spec.models import SystemPool
 from gpufleet.spec.rules import AKS_MAX_NODE_POOLS, SYSTEM_POOL_MIN_MEMORY_GIB, SYSTEM_POOL_MIN_VCPUS
-from tests.conftest import REPO, TODAY
+from tests.conftest import REPO, TODAY, gpufleet
 
 DEV = (REPO / "Pulumi.dev-westeurope.yaml").read_text()
-
-
-def gpufleet(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpufleet", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
 
 
 def _project(tmp_path: Path, text: str) -> Path:
