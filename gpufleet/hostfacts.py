@@ -95,35 +95,50 @@ def format_cpulist(cpus: Iterable[int]) -> str:
     return ",".join(parts)
 
 
-def _read(path: str, default: str | None = None, head: int | None = None) -> str | None:
-    """The text of the regular file ``path``, or ``default`` when it does not exist. Opened non-blocking (a FIFO
-    does not wait for a writer) and refused unless regular; at most ``MAX_FILE_BYTES`` (or, with ``head``, its first
-    ``head`` bytes, whole lines). Raises :class:`FactsError` for anything else."""
+class NotRegularFile(Exception):
+    """What :func:`read_bounded` found instead of a regular file: ``kind`` names it ("a named pipe (FIFO)"...)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        super().__init__(kind)
+
+
+def read_bounded(path: str, limit: int) -> tuple[bytes, int]:
+    """The first ``limit + 1`` bytes of the regular file ``path`` (more than ``limit`` means it is larger) and the
+    size its file system reports (0 for a procfs file, so the bytes are read, not trusted to the size). Opened
+    non-blocking, so a FIFO does not wait for a writer; :class:`NotRegularFile` for anything but a regular file,
+    ``OSError`` when it cannot be opened or read. Shared with gpufleet's input files (``yamldoc.read_text_file``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return default
-    except OSError as exc:
-        raise FactsError(path, f"cannot be read: {exc.strerror or exc}") from None
-    limit = head or MAX_FILE_BYTES
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _FILE_KINDS if test(mode)), "something else")
-            raise FactsError(path, f"is {kind}, not a regular file")
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFile(next((name for test, name in _FILE_KINDS if test(info.st_mode)), "something else"))
         chunks: list[bytes] = []
         size = 0
-        while size <= limit:  # a procfs file says size 0: read until the end, or one byte past the limit
+        while size <= limit:
             chunk = os.read(fd, limit + 1 - size)
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
-        data = b"".join(chunks)
-    except OSError as exc:
-        raise FactsError(path, f"cannot be read: {exc.strerror or exc}") from None
+        return b"".join(chunks), info.st_size
     finally:
         os.close(fd)
+
+
+def _read(path: str, default: str | None = None, head: int | None = None) -> str | None:
+    """The text of the regular file ``path``, or ``default`` when it does not exist. Read by :func:`read_bounded`:
+    at most ``MAX_FILE_BYTES`` (or, with ``head``, its first ``head`` bytes, whole lines). Raises
+    :class:`FactsError` for anything else."""
+    limit = head or MAX_FILE_BYTES
+    try:
+        data, _ = read_bounded(path, limit)
+    except FileNotFoundError:
+        return default
+    except NotRegularFile as exc:
+        raise FactsError(path, f"is {exc.kind}, not a regular file") from None
+    except OSError as exc:
+        raise FactsError(path, f"cannot be read: {exc.strerror or exc}") from None
     if len(data) > limit:
         if head is None:
             raise FactsError(path, f"is larger than {limit // 1024} KiB, more than any sysfs or procfs file read here")

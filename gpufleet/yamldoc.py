@@ -9,9 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import re
-import stat
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -42,35 +40,25 @@ class InputFileError(ValueError):
 def read_text_file(path: str | FsPath, limit: int = MAX_FILE_BYTES) -> str:
     """A regular file's UTF-8 text, at most ``limit`` bytes; :class:`InputFileError` otherwise.
 
-    Opened non-blocking and checked before reading, so a FIFO, a device (``/dev/zero``) or a directory is refused
-    at once instead of hanging or reading without end."""
+    Read by :func:`gpufleet.hostfacts.read_bounded` (non-blocking, regular files only, bounded), so a FIFO, a
+    device (``/dev/zero``) or a directory is refused at once instead of hanging or reading without end."""
     file = str(path)
 
     def refuse(message: str, line: int = 1) -> InputFileError:
         return InputFileError(Diagnostic(file, line, "", message))
 
+    from gpufleet.hostfacts import NotRegularFile, read_bounded
+
     try:
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        data, size = read_bounded(file, limit)
+    except NotRegularFile:
+        raise refuse("not a regular file (a FIFO, device or directory); give a file") from None
     except OSError as exc:
         raise refuse(f"cannot read: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise refuse("not a regular file (a FIFO, device or directory); give a file")
-        if info.st_size > limit:
-            raise refuse(f"{info.st_size} bytes; an input file holds at most {limit} bytes ({limit // 1024} KiB)")
-        chunks = []
-        size = 0
-        while chunk := os.read(fd, limit + 1 - size):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise refuse(f"more than {limit} bytes; an input file holds at most {limit} bytes")
-    except OSError as exc:
-        raise refuse(f"cannot read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
+    if size > limit:
+        raise refuse(f"{size} bytes; an input file holds at most {limit} bytes ({limit // 1024} KiB)")
+    if len(data) > limit:
+        raise refuse(f"more than {limit} bytes; an input file holds at most {limit} bytes")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
