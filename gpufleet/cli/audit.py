@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.markup import escape
 
-from gpufleet.cli.common import EXIT_INVALID, JsonOpt, RootOpt, StackArg, emit_json, loaded_or_exit, out
+from gpufleet.cli.common import EXIT_INVALID, JsonOpt, RootOpt, StackArg, emit_json, loaded_or_exit, out, shown
 
 if TYPE_CHECKING:
     from gpufleet.baseline import Audit
@@ -49,20 +48,20 @@ def _json(report: Audit, loaded: LoadedStack) -> dict[str, Any]:
 
 def _print(report: Audit, loaded: LoadedStack) -> None:
     if not report.results:
-        out.print(f"stack {escape(report.stack)} has no AKS cluster: the AKS secure baseline does not apply")
+        out.print(f"stack {shown(report.stack)} has no AKS cluster: the AKS secure baseline does not apply")
         return
     out.print(
-        f"[bold]{escape(report.stack)}[/bold]: the AKS secure baseline (PSRule for Azure names; gpufleet.AKS.*: ours)"
+        f"[bold]{shown(report.stack)}[/bold]: the AKS secure baseline (PSRule for Azure names; gpufleet.AKS.*: ours)"
     )
     width = max(len(r.rule.name) for r in report.results)
     for r in report.results:
         status = f"[{STYLE[r.status]}]{r.status:<6}[/{STYLE[r.status]}]"
         if r.status == "waived":
-            detail = f"waived: {escape(r.reason or '')} [dim]({escape(r.detail)})[/dim]"
+            detail = f"waived: {shown(r.reason or '')} [dim]({shown(r.detail)})[/dim]"
         elif r.unused_waiver:
-            detail = f"{escape(r.detail)} [yellow](waiver unused: remove it)[/yellow]"
+            detail = f"{shown(r.detail)} [yellow](waiver unused: remove it)[/yellow]"
         else:
-            detail = escape(r.detail)
+            detail = shown(r.detail)
         out.print(f"  {status}  {r.rule.severity:<6}  {r.rule.name:<{width}}  {detail}")
     for r in report.results:
         if r.status == "fail":

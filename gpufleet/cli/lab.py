@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from gpufleet.cli.common import (
@@ -37,7 +36,7 @@ def _stamp(to_stderr: bool = False) -> Any:
     console = err if to_stderr else out
 
     def say(message: str) -> None:
-        console.print(f"[dim]{time.monotonic() - start:6.0f}s[/dim]  {escape(message)}", markup=True, highlight=False)
+        console.print(f"[dim]{time.monotonic() - start:6.0f}s[/dim]  {shown(message)}", markup=True, highlight=False)
 
     return say
 

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import click
 import typer
-from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
@@ -30,6 +29,7 @@ from gpufleet.cli.common import (
     out,
     project_root,
     resolve_or_exit,
+    shown,
     usage_error,
 )
 
@@ -92,7 +92,7 @@ def _refusing() -> Iterator[None]:
     try:
         yield
     except (LedgerError, GitError) as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        err.print(f"[red]error:[/red] {shown(exc)}")
         raise typer.Exit(EXIT_INVALID) from None
 
 
@@ -266,16 +266,16 @@ def _print_decision(
             table.add_column(col)
         for key, (before, after) in decision.pins.items():
             mark = "" if before == after else "  [yellow]changed[/yellow]"
-            table.add_row(escape(key), escape(str(before)), f"{escape(str(after))}{mark}")
+            table.add_row(shown(key), shown(before), f"{shown(after)}{mark}")
         out.print(table)
     if decision.pins and not decision.changes:
         out.print(f"nothing to promote: {target} already runs release {decision.release}")
         return
     for r in forced:
-        out.print(f"[yellow]forced[/yellow] ({r.gate}): {escape(r.message)}")
+        out.print(f"[yellow]forced[/yellow] ({r.gate}): {shown(r.message)}")
     for r in blocking:
         hint = " (--force --reason TEXT goes past this gate)" if r.forceable else ""
-        out.print(f"[red]refused[/red] ({r.gate}): {escape(r.message)}{hint}")
+        out.print(f"[red]refused[/red] ({r.gate}): {shown(r.message)}{hint}")
     if blocking:
         return
     if dry_run:
@@ -423,12 +423,10 @@ def _status_cell(r: StackStatus) -> str:
     else:
         check = f"verified, soaked {r.soaked} of {r.soak_needed}"
     source = f"\nnext from {r.next_from}: {r.next_state}" if r.next_from else f"\n{r.next_state}"
-    cell = f"wave {r.wave}: {r.release or 'invalid'}\n{check}{escape(source)}"
+    cell = f"wave {r.wave}: {r.release or 'invalid'}\n{check}{shown(source)}"
     if r.forced is not None:
         gates = ", ".join(r.forced.forced)
-        cell += (
-            f"\n[yellow]forced[/yellow] from {escape(str(r.forced.source))} ({gates}): {escape(r.forced.reason or '')}"
-        )
+        cell += f"\n[yellow]forced[/yellow] from {shown(r.forced.source)} ({gates}): {shown(r.forced.reason or '')}"
     return cell
 
 

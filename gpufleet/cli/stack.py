@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from gpufleet.cli.common import (
     EXIT_INVALID,
@@ -138,11 +137,11 @@ def render(
             plan_,
             directory=charts_dir,
             baremetal_chart=chart or GPU_OPERATOR_CHART,
-            progress=lambda m: err.print(f"[dim]{escape(m)}[/dim]"),
+            progress=lambda m: err.print(f"[dim]{shown(m)}[/dim]"),
         )
         written = charts.write(result, output) if output is not None else []
     except charts.ChartError as exc:
-        err.print(f"[red]error:[/red] stack {escape(plan_.stack)}: {escape(str(exc))}")
+        err.print(f"[red]error:[/red] stack {shown(plan_.stack)}: {shown(exc)}")
         raise typer.Exit(EXIT_INVALID) from None
     if as_json:
         emit_json(result.to_dict())
@@ -154,23 +153,23 @@ def render(
 
 def _render_summary(result: Any, written: list[Path]) -> None:
     if not result.charts:
-        out.print(f"stack {escape(result.stack)} installs no GPU software (no GPU pools or GPU host groups)")
+        out.print(f"stack {shown(result.stack)} installs no GPU software (no GPU pools or GPU host groups)")
     for c in result.charts:
         kinds = ", ".join(f"{n} {k}" for k, n in c.kinds().items())
         out.print(
-            f"[bold]{escape(c.release.chart)} {escape(c.release.version)}[/bold]: {len(c.objects)} objects ({kinds})"
+            f"[bold]{shown(c.release.chart)} {shown(c.release.version)}[/bold]: {len(c.objects)} objects ({kinds})"
         )
     for cov in result.coverage:
         runs = ", ".join(cov.runs_on) or "nothing"
         style = "red" if cov.kind == "Deployment" and not cov.runs_on else "bold"
-        out.print(f"  {cov.kind} [{style}]{escape(cov.name)}[/{style}] runs on {escape(runs)}")
+        out.print(f"  {cov.kind} [{style}]{shown(cov.name)}[/{style}] runs on {shown(runs)}")
         for m in cov.misses:
-            line = f"not on {escape(m.target)}: {escape(m.why)}"
+            line = f"not on {shown(m.target)}: {shown(m.why)}"
             out.print(f"    {line}" if m.intended else f"    [red]{line}[/red]")
     for path in written:
-        out.print(f"wrote {escape(str(path))}")
+        out.print(f"wrote {shown(path)}")
     for problem in result.problems:
-        err.print(f"[red]error:[/red] {escape(problem)}")
+        err.print(f"[red]error:[/red] {shown(problem)}")
     if result.charts and not result.problems:
         out.print("every GPU DaemonSet runs on every pool / host group it must serve")
 
@@ -183,16 +182,16 @@ def _render_plan(result: StackPlan) -> None:
         c = result.cluster
         sp = c.system_pool
         out.print(
-            f"\n[bold]AKS cluster {escape(c.name)}[/bold]: Kubernetes {c.kubernetes}, {c.sku_tier} tier,"
-            f" system pool {escape(sp.name)} {sp.count} x {escape(sp.vm_size)}"
+            f"\n[bold]AKS cluster {shown(c.name)}[/bold]: Kubernetes {c.kubernetes}, {c.sku_tier} tier,"
+            f" system pool {shown(sp.name)} {sp.count} x {shown(sp.vm_size)}"
         )
         _render_baseline(result)
         for p in result.pools:
             gpus = f"{p.gpu_partition} of a" if p.gpu_partition else f"{p.gpus_per_node} x"
             ib = ", InfiniBand" if p.infiniband else ""
             shape = f"{gpus} {p.gpu_model}, {p.vcpus} vCPU, {p.memory_gib:g} GiB{ib}"
-            name = f"[bold]{escape(p.name)}[/bold] (AKS node pool {escape(p.aks_name)})"
-            out.print(f"\n  {name}  {escape(p.vm_size)}: {shape}")
+            name = f"[bold]{shown(p.name)}[/bold] (AKS node pool {shown(p.aks_name)})"
+            out.print(f"\n  {name}  {shown(p.vm_size)}: {shape}")
             n = p.nodes
             scale = f" (autoscaling {n.min}-{n.max})" if p.autoscaling else ""
             zones = f", zones {','.join(p.zones)}" if p.zones else ""
@@ -245,11 +244,11 @@ def _render_baseline(result: StackPlan) -> None:
     counts = {status: sum(1 for r in report.results if r.status == status) for status in ("pass", "waived", "fail")}
     out.print(
         f"  security baseline: {counts['pass']} pass, {counts['waived']} waived, {counts['fail']} failing"
-        f" (gpufleet audit {escape(result.stack)})"
+        f" (gpufleet audit {shown(result.stack)})"
     )
     for r in report.results:
         if r.status == "waived":
-            out.print(f"    [yellow]waived[/yellow] {r.rule.name} ({r.rule.severity}): {escape(r.reason or '')}")
+            out.print(f"    [yellow]waived[/yellow] {r.rule.name} ({r.rule.severity}): {shown(r.reason or '')}")
         elif r.status == "fail":
             style = "red" if r.blocking else "yellow"
-            out.print(f"    [{style}]fails[/{style}] {r.rule.name} ({r.rule.severity}): {escape(r.detail)}")
+            out.print(f"    [{style}]fails[/{style}] {r.rule.name} ({r.rule.severity}): {shown(r.detail)}")

@@ -263,3 +263,18 @@ def test_a_lab_error_is_printed_as_it_is(monkeypatch: pytest.MonkeyPatch, capsys
         main(["lab", "up", "--root", str(REPO)])
     assert exit_.value.code == 1
     assert capsys.readouterr().err.strip() == "lab up failed: domain [/lab-0] failed: \\x1b[31mno KVM"
+
+
+def test_a_forced_promotions_reason_cannot_drive_the_terminal(capsys: pytest.CaptureFixture[str]):
+    # --reason is free text kept in the ledger; promote status prints it back
+    from types import SimpleNamespace
+
+    from gpufleet.cli.common import out
+    from gpufleet.cli.promote import _status_cell
+
+    forced = SimpleNamespace(forced=("order",), source="hotfix-westeurope", reason="\x1b[2Jgone [b]x[/b]")
+    row = SimpleNamespace(verified=None, next_from=None, next_state="up to date", wave=1, release="abc", forced=forced)
+    out.print(_status_cell(row))
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed
+    assert "forced from hotfix-westeurope (order): \\x1b[2Jgone [b]x[/b]" in printed
