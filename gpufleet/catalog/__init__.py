@@ -97,6 +97,12 @@ class Gpu(_Frozen):
     proprietary_kernel_modules: bool | None = Field(
         default=None, description="overrides the architecture's (Grace Hopper: open modules only)"
     )
+    memory_bandwidth_gbs: float | None = Field(
+        default=None, gt=0, description="GPU memory (HBM/GDDR) bandwidth in GB/s (10^9 bytes per second)"
+    )
+    nvlink_gbs: float | None = Field(
+        default=None, gt=0, description="NVLink bandwidth per GPU in GB/s, both directions together; None: PCIe only"
+    )
 
     @field_validator("pci_ids")
     @classmethod
@@ -156,6 +162,19 @@ class SystemVmSize(_Frozen):
     source: str
 
 
+class Price(_Frozen):
+    """What one VM size costs in one region, in USD per hour (Linux). None: no published price (never 0)."""
+
+    vm_size: str
+    region: str
+    pay_as_you_go: float | None = Field(default=None, gt=0)
+    spot: float | None = Field(default=None, gt=0)
+    reserved_1y: float | None = Field(default=None, gt=0, description="1-year reservation, per hour")
+    reserved_3y: float | None = Field(default=None, gt=0, description="3-year reservation, per hour")
+    source: str
+    as_of: _dt.date
+
+
 class Region(_Frozen):
     name: str
     display_name: str
@@ -172,6 +191,8 @@ class Catalog(_Frozen):
     vm_sizes: tuple[VmSize, ...]
     regions: tuple[Region, ...]
     system_vm_sizes: tuple[SystemVmSize, ...] = ()
+    prices: tuple[Price, ...] = ()
+    currency: str = "USD"
 
     @model_validator(mode="after")
     def _consistent(self) -> Catalog:
@@ -196,6 +217,16 @@ class Catalog(_Frozen):
         for system in self.system_vm_sizes:
             if system.name in size_names:
                 raise ValueError(f"{system.name}: listed both as a GPU size and as a system pool size")
+        region_names = {r.name for r in self.regions}
+        priced: set[tuple[str, str]] = set()
+        for price in self.prices:
+            if price.vm_size not in size_names:
+                raise ValueError(f"price for {price.vm_size!r}: not a catalog GPU size")
+            if price.region not in region_names:
+                raise ValueError(f"price for {price.vm_size} in {price.region!r}: not a catalog region")
+            if (price.vm_size, price.region) in priced:
+                raise ValueError(f"two prices for {price.vm_size} in {price.region}")
+            priced.add((price.vm_size, price.region))
         return self
 
     # -- indexes -------------------------------------------------------------------------------------------
@@ -214,6 +245,10 @@ class Catalog(_Frozen):
     @cached_property
     def _system_size_index(self) -> dict[str, SystemVmSize]:
         return {s.name.lower(): s for s in self.system_vm_sizes}
+
+    @cached_property
+    def _price_index(self) -> dict[tuple[str, str], Price]:
+        return {(p.vm_size.lower(), p.region): p for p in self.prices}
 
     @cached_property
     def _arch_index(self) -> dict[str, Architecture]:
@@ -254,6 +289,10 @@ class Catalog(_Frozen):
     def system_vm_size(self, name: str) -> SystemVmSize | None:
         """A general-purpose size for the system pool (case-insensitive), or None."""
         return self._system_size_index.get(name.lower())
+
+    def price(self, vm_size: str, region: str) -> Price | None:
+        """The price of a size in a region, or None when the catalog has none (callers show "no price", never 0)."""
+        return self._price_index.get((vm_size.lower(), region))
 
     def architecture(self, gpu: Gpu) -> Architecture:
         return self._arch_index[gpu.architecture]
@@ -321,6 +360,17 @@ def _expand_gpus(raw: dict[str, Any]) -> list[dict[str, Any]]:
     return gpus
 
 
+def _expand_prices(raw: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """``prices: [{vm_size, source, as_of, regions: {region: {pay_as_you_go, spot, reserved_1y, reserved_3y}}}]``
+    -> one entry per size and region."""
+    prices = []
+    for entry in (raw or {}).get("prices") or []:
+        shared = {k: v for k, v in entry.items() if k != "regions"}
+        for region, figures in entry["regions"].items():
+            prices.append({**shared, "region": region, **figures})
+    return prices
+
+
 def _expand_sizes(raw: dict[str, Any]) -> list[dict[str, Any]]:
     sizes = []
     for series in raw["series"]:
@@ -334,6 +384,7 @@ def _expand_sizes(raw: dict[str, Any]) -> list[dict[str, Any]]:
 def load_catalog() -> Catalog:
     """The packaged catalog, parsed once per process."""
     gpus_raw = _read_yaml("gpus.yaml")
+    prices_raw = _read_yaml("azure_prices.yaml") or {}
     return Catalog(
         architectures=tuple(gpus_raw["architectures"]),
         nvswitches=tuple(gpus_raw["nvswitches"]),
@@ -341,4 +392,6 @@ def load_catalog() -> Catalog:
         vm_sizes=tuple(_expand_sizes(_read_yaml("azure_vm_sizes.yaml"))),
         regions=tuple(_read_yaml("azure_regions.yaml")["regions"]),
         system_vm_sizes=tuple(_expand_sizes(_read_yaml("azure_system_vm_sizes.yaml"))),
+        prices=tuple(_expand_prices(prices_raw)),
+        currency=prices_raw.get("currency", "USD"),
     )
