@@ -18,6 +18,7 @@ import typer
 from gpufleet import __version__
 from gpufleet.cli import audit, stack
 from gpufleet.cli.common import EXIT_CODES_HELP, EXIT_INTERNAL, err, out
+from gpufleet.cli.cost import cost
 from gpufleet.cli.lab import lab_app
 from gpufleet.cli.mig import mig_app
 from gpufleet.cli.promote import promote_app
@@ -34,6 +35,7 @@ app = typer.Typer(
 )
 for command in (stack.validate, stack.plan, stack.render, audit.audit):
     app.command()(command)
+app.command()(cost)
 app.add_typer(mig_app, name="mig")
 app.add_typer(lab_app, name="lab")
 app.add_typer(topology_app, name="topology")
