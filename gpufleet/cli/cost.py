@@ -181,24 +181,24 @@ def render_stack_cost(figures: StackCost) -> None:
         out.print(f"  [yellow]warning:[/yellow] {shown(warning)}")
 
 
-def pool_cost_line(p: PoolCost, currency: str) -> str:
-    """``plan``'s one line per pool (markup-safe): $/h and $/month from min to max nodes, and the idle cost."""
+def pool_cost_line(p: PoolCost, figures: StackCost) -> str:
+    """``plan``'s one line per pool (markup-safe): per hour and per month from min to max nodes, the rate, the idle
+    cost; or why there is no figure."""
     from gpufleet.cost import HOURS_PER_MONTH, money
 
+    cur = figures.currency
     if not p.priced:
-        return f"cost: {p.missing} for {shown(p.vm_size)} in this region (catalog/azure_prices.yaml)"
+        return f"cost: {p.missing} for {shown(p.vm_size)} in {shown(figures.region)} (catalog/azure_prices.yaml)"
+
+    def span(low: Decimal | None, high: Decimal | None, cents: bool) -> str:
+        ends = [money(low, cur, cents=cents), money(high, cur, cents=cents)]
+        return ends[0] if ends[0] == ends[1] else "-".join(ends)
+
+    hourly = span(p.per_hour(p.nodes_min), p.per_hour(p.nodes_max), True)
+    monthly = span(p.per_month(p.nodes_min), p.per_month(p.nodes_max), False)
     basis = "spot" if p.spot else "pay-as-you-go"
-    hourly = (
-        money(p.per_hour(p.nodes_min), currency)
-        if p.nodes_min == p.nodes_max
-        else f"{money(p.per_hour(p.nodes_min), currency)}-{money(p.per_hour(p.nodes_max), currency)}"
-    )
-    monthly = (
-        money(p.per_month(p.nodes_min), currency)
-        if p.nodes_min == p.nodes_max
-        else f"{money(p.per_month(p.nodes_min), currency)}-{money(p.per_month(p.nodes_max), currency)}"
-    )
+    nodes = str(p.nodes_min) if p.nodes_min == p.nodes_max else f"{p.nodes_min}-{p.nodes_max}"
     return (
-        f"cost {hourly}/h, {monthly}/month ({HOURS_PER_MONTH} h) at {basis} {money(p.usd_per_node_hour, currency)}"
-        f" per node-hour; idle {money(p.idle_per_hour, currency)}/h"
+        f"cost {hourly}/h, {monthly}/month ({HOURS_PER_MONTH} h), {nodes} node(s) at {basis}"
+        f" {money(p.usd_per_node_hour, cur)}/h; idle {money(p.idle_per_hour, cur)}/h"
     )

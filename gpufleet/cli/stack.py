@@ -24,6 +24,7 @@ from gpufleet.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from gpufleet.cost import StackCost
     from gpufleet.plan import StackPlan
 
 
@@ -77,14 +78,17 @@ def plan(
     """What a stack describes, resolved against the hardware catalog: pools (GPU model, GPUs, vCPUs, RAM per
     node, MIG instances per node, derived labels) and bare-metal host groups."""
     from gpufleet.catalog import load_catalog
+    from gpufleet.cost import stack_cost
     from gpufleet.plan import plan_stack
 
     loaded = load_or_exit(stack, root, as_json, "nothing planned")
-    result = plan_stack(loaded, load_catalog())
+    catalog = load_catalog()
+    result = plan_stack(loaded, catalog)
+    costs = stack_cost(loaded, catalog)
     if as_json:
-        emit_json(result.to_dict())
+        emit_json({**result.to_dict(), "cost": costs.to_dict()})
         return
-    _render_plan(result)
+    _render_plan(result, costs)
 
 
 def render(
@@ -174,8 +178,11 @@ def _render_summary(result: Any, written: list[Path]) -> None:
         out.print("every GPU DaemonSet runs on every pool / host group it must serve")
 
 
-def _render_plan(result: StackPlan) -> None:
-    """One block per pool / host group: readable at 80 columns and in logs."""
+def _render_plan(result: StackPlan, costs: StackCost) -> None:
+    """One block per pool / host group: readable at 80 columns and in logs. Each pool's cost line is
+    ``gpufleet cost``'s figures in one line."""
+    from gpufleet.cli.cost import pool_cost_line
+
     out.print(f"[bold]{result.stack}[/bold]  stage {result.stage}, region {result.region}")
     out.print("release: " + ", ".join(f"{k} {v}" for k, v in result.release.items()))
     if result.cluster:
@@ -185,6 +192,8 @@ def _render_plan(result: StackPlan) -> None:
             f"\n[bold]AKS cluster {shown(c.name)}[/bold]: Kubernetes {c.kubernetes}, {c.sku_tier} tier,"
             f" system pool {shown(sp.name)} {sp.count} x {shown(sp.vm_size)}"
         )
+        if (system_cost := costs.pool(sp.name)) is not None:
+            out.print(f"  system pool {pool_cost_line(system_cost, costs)}")
         _render_baseline(result)
         for p in result.pools:
             gpus = f"{p.gpu_partition} of a" if p.gpu_partition else f"{p.gpus_per_node} x"
@@ -198,6 +207,10 @@ def _render_plan(result: StackPlan) -> None:
             spot = ", spot" if p.spot else ""
             total = p.gpus_total
             out.print(f"    nodes {n.count}{scale}{zones}{spot}; GPUs {total['min']}-{total['max']}")
+            if (pool_cost := costs.pool(p.name)) is not None:
+                out.print(f"    {pool_cost_line(pool_cost, costs)}")
+                for warning in pool_cost.warnings:
+                    out.print(f"    [yellow]warning:[/yellow] {shown(warning)}")
             out.print(f"    driver {p.driver} (AKS gpuProfile.driver {p.aks_gpu_driver}), os {p.os_sku}")
             if p.mig:
                 inst = ", ".join(f"{k} x {prof}" for prof, k in (p.mig.instances_per_node or {}).items())
