@@ -373,6 +373,7 @@ class CostDelta:
     stack: str
     currency: str
     pools: tuple[PoolDelta, ...]
+    hours_per_month: int = HOURS_PER_MONTH
 
     @property
     def changed(self) -> bool:
@@ -388,7 +389,7 @@ class CostDelta:
             "stack": self.stack,
             "currency": self.currency,
             "changed": self.changed,
-            "hours_per_month": HOURS_PER_MONTH,
+            "hours_per_month": self.hours_per_month,
             "pools": [p.to_dict() for p in self.pools],
             "total_delta": {f: _money(self.total(f)) for f in FIGURES},
         }

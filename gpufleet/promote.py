@@ -35,10 +35,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+from gpufleet.catalog import Catalog
+from gpufleet.cost import CostDelta, cost_delta, stack_cost
 from gpufleet.diagnostics import Diagnostic, Finding
 from gpufleet.promote_ledger import Entry, iso, parse_time
-from gpufleet.spec.load import NAMESPACE, load_stack_text, stack_name_from_file
-from gpufleet.spec.models import RegionName
+from gpufleet.spec.load import NAMESPACE, LoadedStack, load_stack_text, stack_name_from_file
+from gpufleet.spec.models import RegionName, Stack
 from gpufleet.spec.models import Stage as StageName
 from gpufleet.spec.types import StrictModel, matching
 from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
@@ -270,6 +272,7 @@ class StackFiles:
     texts: dict[str, str | None]
     changed: set[str]
     _releases: dict[str, tuple[dict[str, Any] | None, list[Diagnostic]]] = field(default_factory=dict, repr=False)
+    _loaded: dict[str, LoadedStack] = field(default_factory=dict, repr=False)
 
     @classmethod
     def read(cls, root: Path, names: Sequence[str]) -> StackFiles:
@@ -281,17 +284,25 @@ class StackFiles:
     def path(self, name: str) -> Path:
         return self.root / f"Pulumi.{name}.yaml"
 
+    def loaded(self, name: str) -> LoadedStack | None:
+        """The stack file validated (parsed once); None when there is no file."""
+        text = self.texts.get(name)
+        if text is None:
+            return None
+        if name not in self._loaded:
+            self._loaded[name] = load_stack_text(text, str(self.path(name)))
+        return self._loaded[name]
+
     def release(self, name: str) -> tuple[dict[str, Any] | None, list[Diagnostic]]:
         """The stack's release pins, or None with the diagnostics that say why not (parsed once)."""
         if name not in self._releases:
-            text = self.texts.get(name)
-            if text is None:
+            loaded = self.loaded(name)
+            if loaded is None:
                 self._releases[name] = (
                     None,
                     [Diagnostic(str(self.path(name)), 1, "", "cannot read: No such file or directory")],
                 )
             else:
-                loaded = load_stack_text(text, str(self.path(name)))
                 ok = loaded.ok and loaded.stack is not None
                 self._releases[name] = (
                     (loaded.stack.release.model_dump(), []) if ok else (None, loaded.diagnostics)  # type: ignore[union-attr]
@@ -396,10 +407,20 @@ class Decision:
     pins: dict[str, tuple[str | None, str | None]]  # key -> (target now, after)
     refusals: list[Refusal]
     new_text: str | None  # the target file after the promotion (None when it cannot be built)
+    before: Stack | None = None  # the target stack now (None: invalid)
+    after: Stack | None = None  # the target stack with the new text (None: invalid, or not built)
 
     @property
     def changes(self) -> bool:
         return self.release != self.previous
+
+    def cost_delta(self, catalog: Catalog) -> CostDelta | None:
+        """What the promotion does to the target's cost, computed from the target stack before and after (not
+        assumed: a release block moves alone, but YAML aliases elsewhere in the file may name its anchors). None
+        when either side is invalid."""
+        if self.before is None or self.after is None:
+            return None
+        return cost_delta(stack_cost(self.before, catalog), stack_cost(self.after, catalog))
 
     def blocking(self, force: bool) -> list[Refusal]:
         return [r for r in self.refusals if not (force and r.forceable)]
@@ -479,6 +500,8 @@ def decide(
     pins = {k: (tgt_release.get(k), src_release.get(k)) for k in keys}
     new_text = replace_release_block(files.texts[target] or "", files.texts[source] or "")
     result = load_stack_text(new_text, str(tgt_path))
+    target_loaded = files.loaded(target)
+    before = target_loaded.stack if target_loaded is not None else None
     if not result.ok:
         lines = "\n  ".join(str(d) for d in result.diagnostics)
         refusals.append(Refusal("invalid", f"{target} with {source}'s release would be invalid:\n  {lines}"))
@@ -496,7 +519,8 @@ def decide(
     if problem:
         refusals.append(Refusal(ORDER, f"{problem}; --force --reason TEXT takes it from {source} anyway (recorded)"))
     refusals += _gate_refusals(files, policy, entries, source, target, release, now)
-    return Decision(source, target, release, previous, pins, refusals, new_text)
+    after = result.stack if result.ok else None
+    return Decision(source, target, release, previous, pins, refusals, new_text, before, after)
 
 
 def write_target(path: Path, text: str) -> None:

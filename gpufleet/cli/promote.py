@@ -36,6 +36,7 @@ from gpufleet.cli.common import (
 if TYPE_CHECKING:
     import datetime as dt
 
+    from gpufleet.cost import CostDelta
     from gpufleet.promote import Decision, Policy, Refusal, StackStatus
     from gpufleet.promote_ledger import Entry
 
@@ -178,6 +179,7 @@ def promote_to(
     with _refusing():
         decision, blocking, forced, written = _decide_and_write(project, policy, source, target, force, reason, dry_run)
     applied = _apply_and_record(project, target, decision.release) if written and apply else None
+    cost = _cost_change(decision)
     if as_json:
         emit_json(
             {
@@ -190,10 +192,11 @@ def promote_to(
                 "dry_run": dry_run,
                 "written": written,
                 "applied": applied,
+                "cost": None if cost is None else {**cost[0].to_dict(), "note": cost[1]},
             }
         )
     else:
-        _print_decision(decision, source, target, forced, blocking, dry_run, written)
+        _print_decision(decision, source, target, forced, blocking, dry_run, written, cost)
     if blocking or applied is False:
         raise typer.Exit(EXIT_INVALID)
 
@@ -251,6 +254,52 @@ def _apply_and_record(project: Path, target: str, release: str) -> bool | None:
     return applied
 
 
+def _cost_change(decision: Decision) -> tuple[CostDelta, str] | None:
+    """The target's cost before and after the promotion, and one line that says what changed (or that nothing did);
+    None when there is nothing to promote or a side is invalid."""
+    from gpufleet.catalog import load_catalog
+
+    if not decision.changes:
+        return None
+    delta = decision.cost_delta(load_catalog())
+    if delta is None:
+        return None
+    if not delta.changed:
+        note = (
+            f"cost: unchanged, the promotion moves only the release block (pinned versions): {decision.target}'s"
+            f" pools, sizes, node counts, spot settings and region stay as they are (gpufleet cost {decision.target})"
+        )
+    else:
+        changed = ", ".join(p.name for p in delta.pools if p.changed)
+        note = (
+            f"cost: the release block moves alone, yet pool(s) {changed} of {decision.target} change: the stack file"
+            " refers to values of the block from outside it (YAML aliases of its anchors); review before promoting"
+        )
+    return delta, note
+
+
+def _print_cost_change(cost: tuple[CostDelta, str]) -> None:
+    """One line when the cost is unchanged; else a row per pool that changes and the total, per hour and per month
+    at min and max nodes."""
+    from gpufleet.cost import FIGURES, signed
+
+    delta, note = cost
+    if not delta.changed:
+        out.print(shown(note))
+        return
+    table = Table(title=f"cost change of {shown(delta.stack)} ({delta.currency}, a month is {delta.hours_per_month} h)")
+    table.add_column("pool")
+    for title in ("per hour at min", "per hour at max", "per month at min", "per month at max"):
+        table.add_column(title, justify="right")
+    for p in delta.pools:
+        if p.changed:
+            what = " (new)" if p.before is None else " (removed)" if p.after is None else ""
+            table.add_row(shown(p.name) + what, *(signed(p.delta(f), delta.currency) for f in FIGURES))
+    table.add_row("[bold]total[/bold]", *(signed(delta.total(f), delta.currency) for f in FIGURES))
+    out.print(table)
+    out.print(f"[yellow]{shown(note)}[/yellow]")
+
+
 def _print_decision(
     decision: Decision,
     source: str,
@@ -259,6 +308,7 @@ def _print_decision(
     blocking: list[Refusal],
     dry_run: bool,
     written: bool,
+    cost: tuple[CostDelta, str] | None = None,
 ) -> None:
     if decision.pins:
         table = Table(title=f"{source} -> {target}: release {decision.previous} -> {decision.release}")
@@ -271,6 +321,8 @@ def _print_decision(
     if decision.pins and not decision.changes:
         out.print(f"nothing to promote: {target} already runs release {decision.release}")
         return
+    if cost is not None:
+        _print_cost_change(cost)
     for r in forced:
         out.print(f"[yellow]forced[/yellow] ({r.gate}): {shown(r.message)}")
     for r in blocking:
