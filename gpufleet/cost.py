@@ -116,7 +116,7 @@ class PoolCost:
             "usd_per_hour_now": _money(self.per_hour(self.nodes_now)),
             "autoscaling": self.autoscaling,
             "priced_at": self.priced_at,
-            "usd_per_node_hour": _money(self.usd_per_node_hour),
+            "usd_per_node_hour": None if self.usd_per_node_hour is None else float(self.usd_per_node_hour),
             "spot_savings_usd_per_hour_min": _money(self.spot_savings_per_hour(self.nodes_min)),
             "spot_savings_usd_per_hour_max": _money(self.spot_savings_per_hour(self.nodes_max)),
             "reserved_1y_usd_per_month_min": _money(self.reserved_per_month("1y")),
@@ -228,10 +228,12 @@ def is_production(stage: str) -> bool:
     return stage in PRODUCTION_STAGES
 
 
-def _always_on_warning(stack: Stack, name: str, nodes_min: int, autoscaling: bool, idle: Decimal | None) -> str:
+def _always_on_warning(
+    stack: Stack, name: str, nodes_min: int, autoscaling: bool, idle: Decimal | None, currency: str
+) -> str:
     assert stack.aks is not None
     profile = stack.aks.cluster.autoscaler_profile
-    cost = f" (${idle:,.2f}/h idle)" if idle is not None else " (no price)"
+    cost = f" ({money(idle, currency)}/h idle)" if idle is not None else " (no price)"
     why = f"autoscaling min is {nodes_min}" if autoscaling else f"no autoscaling, {nodes_min} node(s)"
     return (
         f"GPU pool {name} in stage {stack.stage} is always on: {why}{cost}; set autoscaling"
@@ -299,7 +301,9 @@ def stack_cost(stack: Stack, catalog: Catalog) -> StackCost:
                 catalog.price(pool.vm_size, stack.region),
             )
             if cost.nodes_min > 0 and not is_production(stack.stage):
-                warning = _always_on_warning(stack, pool.name, cost.nodes_min, scaling is not None, cost.idle_per_hour)
+                warning = _always_on_warning(
+                    stack, pool.name, cost.nodes_min, scaling is not None, cost.idle_per_hour, catalog.currency
+                )
                 cost = replace(cost, warnings=(warning,))
             pools.append(cost)
     if stack.baremetal is not None:
