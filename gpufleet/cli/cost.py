@@ -43,8 +43,7 @@ def cost(
     non-production stages. Prices: the catalog's table (catalog/azure_prices.yaml); a size without one shows "no
     price", never 0.
 
-    JSON: one object for one STACK, a list with several or --all. Exit 0, or 1 when a stack is invalid (the others
-    are still shown).
+    JSON: one object for one STACK, a list with several or --all. Exit 1 when a stack is invalid (others shown).
     """
     from gpufleet.catalog import load_catalog
     from gpufleet.cost import stack_cost
