@@ -219,9 +219,10 @@ class Catalog(_Frozen):
                 raise ValueError(f"{system.name}: listed both as a GPU size and as a system pool size")
         region_names = {r.name for r in self.regions}
         priced: set[tuple[str, str]] = set()
+        priceable = size_names | {s.name for s in self.system_vm_sizes}
         for price in self.prices:
-            if price.vm_size not in size_names:
-                raise ValueError(f"price for {price.vm_size!r}: not a catalog GPU size")
+            if price.vm_size not in priceable:
+                raise ValueError(f"price for {price.vm_size!r}: not a catalog GPU or system pool size")
             if price.region not in region_names:
                 raise ValueError(f"price for {price.vm_size} in {price.region!r}: not a catalog region")
             if (price.vm_size, price.region) in priced:
