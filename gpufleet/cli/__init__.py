@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from gpufleet import __version__
-from gpufleet.cli import audit, stack
+from gpufleet.cli import audit, size, stack
 from gpufleet.cli.common import EXIT_CODES_HELP, EXIT_INTERNAL, err, out
 from gpufleet.cli.cost import cost
 from gpufleet.cli.lab import lab_app
@@ -33,7 +33,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for command in (stack.validate, stack.plan, stack.render, audit.audit):
+for command in (stack.validate, stack.plan, stack.render, audit.audit, size.size):
     app.command()(command)
 app.command()(cost)
 app.add_typer(mig_app, name="mig")
