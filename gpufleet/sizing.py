@@ -197,6 +197,7 @@ class Option:
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     interconnect: str | None = None
+    gpus_per_node: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         """The CLI's JSON contract (docs: DESIGN.md, ``gpufleet size``)."""
@@ -334,17 +335,19 @@ def _whole_option(
         tensor_parallel=tp,
         pipeline_parallel=pp,
         interconnect=_interconnect(gpu, tp, pp, vm),
+        gpus_per_node=vm.whole_gpus if vm else None,
     )
 
 
 def _rank(options: list[Option]) -> tuple[Option, ...]:
     """MIG instances first (a slice of one GPU), then whole GPUs (fewest, then most headroom), then Azure sizes
-    (cheapest priced first, then the fewest GPUs paid for)."""
+    (cheapest priced first; unpriced ones by the GPUs paid for: nodes x GPUs per node, then the GPUs used)."""
     order = {"mig": 0, "gpu": 1, "vm": 2}
 
     def key(o: Option) -> tuple[object, ...]:
         if o.kind == "vm":
-            return (order[o.kind], o.usd_per_hour is None, o.usd_per_hour or 0.0, o.gpus, o.vm_size or "")
+            paid = (o.nodes or 0) * (o.gpus_per_node or 0)
+            return (order[o.kind], o.usd_per_hour is None, o.usd_per_hour or 0.0, paid, o.gpus, o.vm_size or "")
         return (order[o.kind], o.gpus, -o.headroom_gb, o.gpu)
 
     return tuple(sorted(options, key=key))
