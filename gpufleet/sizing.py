@@ -52,6 +52,9 @@ ADAM_STATE_BYTES = 12
 # Tensor parallelism stays inside one NVLink domain (an HGX board / one VM); more GPUs are pipeline stages.
 MAX_TENSOR_PARALLEL = 8
 MAX_GPUS = 64
+# Beyond these a request is a typo, not a plan (and the arithmetic would overflow a float).
+MAX_TOKENS = 100_000_000
+MAX_COUNT = 1_000_000
 
 
 class SizingError(ValueError):
@@ -69,8 +72,10 @@ class Inference:
         for name in ("dtype", "kv_dtype"):
             if getattr(self, name) not in DTYPE_BYTES:
                 raise SizingError(f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(DTYPE_BYTES)}")
-        if self.context < 1 or self.concurrency < 1:
-            raise SizingError("context and concurrency are positive whole numbers")
+        if not (1 <= self.context <= MAX_TOKENS and 1 <= self.concurrency <= MAX_COUNT):
+            raise SizingError(
+                f"context (1-{MAX_TOKENS:,}) and concurrency (1-{MAX_COUNT:,}) are positive whole numbers"
+            )
 
 
 @dataclass(frozen=True)
@@ -85,10 +90,12 @@ class Training:
     def __post_init__(self) -> None:
         if self.zero_stage not in (0, 1, 2, 3):
             raise SizingError(f"ZeRO stage {self.zero_stage}: valid 0, 1, 2, 3 (3 = FSDP full shard)")
-        if self.optimizer_bytes < 0:
-            raise SizingError("optimizer bytes per parameter cannot be negative")
+        if not 0 <= self.optimizer_bytes <= 64:
+            raise SizingError(f"optimizer bytes per parameter: 0-64, not {self.optimizer_bytes:g}")
         if min(self.shard_degree, self.micro_batch, self.seq_len) < 1:
             raise SizingError("shard degree, micro-batch and sequence length are positive whole numbers")
+        if max(self.shard_degree, self.micro_batch) > MAX_COUNT or self.seq_len > MAX_TOKENS:
+            raise SizingError(f"shard degree and micro-batch go up to {MAX_COUNT:,}, sequence length to {MAX_TOKENS:,}")
         if self.shard_degree > 1 and self.zero_stage == 0:
             raise SizingError("a shard degree above 1 needs ZeRO stage 1, 2 or 3 (3 = FSDP full shard)")
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 _TRAINING_ONLY = ("optimizer_bytes", "checkpointing", "zero_stage", "shard_degree", "micro_batch", "seq_len")
 _INFERENCE_ONLY = ("dtype", "kv_dtype", "context", "concurrency")
+_MAX_SHAPE = 1e7  # larger than any model's parameters (billions) or dimension: a typo, and float overflow beyond
 _SHAPE = ("active_params", "layers", "hidden", "heads", "kv_heads", "head_dim", "vocab")
 
 ModelOpt = Annotated[
@@ -135,8 +136,8 @@ def _model(given: dict[str, object]) -> LanguageModel:
         return load_models().model(str(given["model"]))
     numbers = {k: given[k] for k in ("params", *_SHAPE) if k in given}
     for key, value in numbers.items():
-        if not isinstance(value, int | float) or value <= 0:
-            raise SizingError(f"--{key.replace('_', '-')} must be positive, not {value}")
+        if not isinstance(value, int | float) or not 0 < value <= _MAX_SHAPE:
+            raise SizingError(f"--{key.replace('_', '-')} must be positive and at most {_MAX_SHAPE:g}, not {value}")
     params = float(numbers["params"])  # type: ignore[arg-type]
     active = numbers.get("active_params")
     if active is not None and float(active) > params:  # type: ignore[arg-type]
