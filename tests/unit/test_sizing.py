@@ -27,10 +27,14 @@ def custom(params_b: float, **shape: int) -> LanguageModel:
     return LanguageModel(name=f"custom-{params_b:g}b", parameters_b=params_b, **shape)
 
 
-def catalog_with(bandwidth: float | None = None, prices: dict[str, float] | None = None) -> Catalog:
-    """A copy of the catalog with every GPU's bandwidth set and some sizes priced in westeurope."""
+def catalog_with(
+    bandwidth: float | None = None, nvlink: float | None = None, prices: dict[str, float] | None = None
+) -> Catalog:
+    """A copy of the catalog with every GPU's memory and NVLink bandwidth set (None: unknown / PCIe only) and some
+    sizes priced in westeurope, so that tests do not depend on which figures the catalog has today."""
     base = load_catalog()
-    gpus = tuple(g.model_copy(update={"memory_bandwidth_gbs": bandwidth}) for g in base.gpus)
+    update = {"memory_bandwidth_gbs": bandwidth, "nvlink_gbs": nvlink}
+    gpus = tuple(g.model_copy(update=update) for g in base.gpus)
     priced = tuple(
         Price(vm_size=name, region="westeurope", pay_as_you_go=usd, source="test", as_of=TODAY)
         for name, usd in (prices or {}).items()
@@ -171,14 +175,22 @@ def test_unknown_model_suggests_the_nearest():
 
 
 def test_smallest_fitting_mig_profile_is_chosen():
+    from gpufleet import mig
+
     catalog = load_catalog()
     h100 = catalog.gpu("H100-SXM5-80GB")
     model = MODELS.model("llama-3.1-8b")
     result = sizing.size(model, sizing.Inference("fp8"), catalog, today=TODAY, gpu=h100)
     best = result.options[0]
-    assert (best.kind, best.mig_profile) == ("mig", "1g.20gb")  # ~10 GB: more than 1g.10gb's 9.62 GiB
-    assert best.headroom_gb == pytest.approx(19.50 * 2**30 / GB - result.memory.total)
-    assert [o.kind for o in result.options] == ["mig", "gpu", "vm"]  # --gpu narrows the sizes to H100 ones
+    assert (best.kind, best.mig_profile) == ("mig", "1g.20gb")  # ~10.3 GiB: more than 1g.10gb's 9.62 GiB
+    assert h100.mig is not None
+    usable = mig.usable_gib(h100, h100.mig.by_name["1g.20gb"])[0]
+    smaller = mig.usable_gib(h100, h100.mig.by_name["1g.10gb"])[0]
+    assert smaller * 2**30 / GB < result.memory.total <= usable * 2**30 / GB
+    assert best.headroom_gb == pytest.approx(usable * 2**30 / GB - result.memory.total)
+    kinds = [o.kind for o in result.options]
+    assert kinds[:2] == ["mig", "gpu"] and set(kinds[2:]) == {"vm"}  # --gpu narrows everything to H100s
+    assert all(o.gpu == h100.name for o in result.options)
 
 
 def test_tensor_parallel_degree_divides_the_kv_heads_then_pipeline_stages_follow():
@@ -200,6 +212,15 @@ def test_options_rank_cheapest_priced_size_first():
     assert vms[0].usd_per_hour == 40.0 and all(o.usd_per_hour is None for o in vms[2:])
 
 
+def test_unpriced_sizes_rank_by_the_gpus_paid_for():
+    model = MODELS.model("llama-3.1-70b")
+    result = sizing.size(model, sizing.Inference("fp8", context=32768, concurrency=16), load_catalog(), today=TODAY)
+    vms = [o for o in result.options if o.kind == "vm"]
+    paid = [(o.nodes or 0) * (o.gpus_per_node or 0) for o in vms]
+    assert len(vms) > 2 and paid == sorted(paid)
+    assert all(o.gpus <= p for o, p in zip(vms, paid, strict=True))
+
+
 def test_price_is_per_node_and_null_without_region_or_price():
     catalog = catalog_with(prices={"Standard_ND96isr_H100_v5": TEST_PRICE})
     model = MODELS.model("llama-3.1-405b")
@@ -210,6 +231,11 @@ def test_price_is_per_node_and_null_without_region_or_price():
     vm = next(o for o in priced.options if o.kind == "vm")
     assert vm.nodes == 2 and vm.usd_per_hour == 2 * TEST_PRICE  # 16 GPUs: TP 8 x PP 2 over InfiniBand
     assert vm.interconnect == "PCIe+InfiniBand"
+    nvlinked = catalog_with(nvlink=900.0, prices={"Standard_ND96isr_H100_v5": TEST_PRICE})
+    linked = sizing.size(
+        model, sizing.Inference("bf16", context=8192), nvlinked, today=TODAY, gpu=nvlinked.gpu(h100.name)
+    )
+    assert next(o for o in linked.options if o.kind == "vm").interconnect == "NVLink+InfiniBand"
     unpriced = sizing.size(model, sizing.Inference("bf16", context=8192), catalog, today=TODAY, gpu=h100)
     assert all(o.usd_per_hour is None for o in unpriced.options)
     assert "no --region" in unpriced.notes[0]
@@ -267,7 +293,9 @@ def test_a_replica_spans_vms_only_over_infiniband():
 
 
 def test_nothing_fits_names_the_largest_option_and_the_shortfall():
-    with pytest.raises(sizing.SizingError, match=r"nothing fits: .*the largest option, 64 x H200-SXM-141GB .*GB short"):
+    with pytest.raises(
+        sizing.SizingError, match=r"nothing fits: .*the largest option, 64 x \S+ \(TP 8 x PP 8\).*GB short"
+    ):
         sizing.size(
             custom(20000, layers=200, hidden_size=8192, kv_heads=8, head_dim=128),
             sizing.Inference(),
@@ -315,7 +343,8 @@ def test_acceptance_command_prints_breakdown_and_ranked_options():
     result = runner.invoke(app, ACCEPTANCE)
     assert result.exit_code == 0, result.output
     assert "KV cache" in result.output and "171.80" in result.output and "options, best first" in result.output
-    assert "4 x H100-SXM5-80GB" in result.output
+    best = json.loads(runner.invoke(app, [*ACCEPTANCE, "--json"]).stdout)["options"][0]
+    assert f"{best['gpus']} x {best['gpu']}" in result.output
 
 
 def test_json_is_the_design_contract():
