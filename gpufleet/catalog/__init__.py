@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpufleet.diagnostics import did_you_mean
+from gpufleet.diagnostics import suggest
 
 Vendor = Literal["nvidia", "amd"]
 _PCI_RE = re.compile(r"^(?:0x)?([0-9a-f]{4}):(?:0x)?([0-9a-f]{4})$")
@@ -50,14 +50,26 @@ class MigProfile(_Frozen):
     """One GPU instance profile of one GPU model (names collide across models: always key by model)."""
 
     name: str
-    kind: str = Field(description="geometry kind: 1g, 1g+me, 1g-2m, 2g, 2g+me, 3g, 4g, 7g")
+    kind: str = Field(description="geometry kind: 1g, 1g+me, 1g-2m, 2g, 2g+me, 3g, 4g, 7g, 1g+gfx, 1g+me.all, 1g-me...")
     compute_slices: int
     memory_slices: int
     max_count: int
     starts: tuple[int, ...] = Field(description="allowed start positions on the memory-slice axis")
     usable_gib: float | None = Field(default=None, description="memory nvidia-smi reports for the instance")
     sms: int | None = None
-    media_extensions: bool = False
+    media_extensions: bool = Field(
+        default=False, description="+me: holds the GPU's optical-flow accelerator (OFA); +me.all instances too"
+    )
+    all_media_engines: bool = Field(
+        default=False, description="+me.all: every media engine of the GPU (NVDEC, NVENC, NVJPG, OFA) in this instance"
+    )
+    no_media_engines: bool = Field(default=False, description="-me: no media engine at all (pure compute)")
+    graphics: bool = Field(default=False, description="+gfx: graphics APIs inside the instance (GB20x)")
+
+    @property
+    def plain(self) -> bool:
+        """No variant suffix: the default instance of its size (not +me, +me.all, -me or +gfx)."""
+        return not (self.media_extensions or self.all_media_engines or self.no_media_engines or self.graphics)
 
     @property
     def placement(self) -> str:
@@ -67,9 +79,12 @@ class MigProfile(_Frozen):
 
 class MigGeometry(_Frozen):
     compute_slices: int
-    memory_slices: int
+    memory_slices: int = Field(description="placement units of nvidia-smi's {starts}:size notation")
     media_extension_instances: int = Field(description="instances with media extensions (+me) one GPU can hold")
     profiles: tuple[MigProfile, ...]
+    min_driver_branch: int | None = Field(
+        default=None, description="oldest NVIDIA driver branch with MIG on this model (e.g. 570); None: not published"
+    )
 
     @cached_property
     def by_name(self) -> dict[str, MigProfile]:
@@ -79,13 +94,14 @@ class MigGeometry(_Frozen):
         return self.by_name.get(name)
 
     def base_profile(self, compute_slices: int) -> MigProfile | None:
-        """The plain profile with this many compute slices (no media extensions, fewest memory slices)."""
-        candidates = [p for p in self.profiles if p.compute_slices == compute_slices and not p.media_extensions]
+        """The plain profile with this many compute slices (no +me/+me.all/-me/+gfx variant, fewest memory slices)."""
+        candidates = [p for p in self.profiles if p.compute_slices == compute_slices and p.plain]
         return min(candidates, key=lambda p: p.memory_slices, default=None)
 
 
 class Gpu(_Frozen):
     name: str
+    source: str = Field(min_length=1, description="where the entry's facts come from (short; details in comments)")
     vendor: Vendor
     architecture: str
     memory_gib: float
@@ -178,6 +194,26 @@ class Price(_Frozen):
 class Region(_Frozen):
     name: str
     display_name: str
+
+
+_NVIDIA_NAME_RE = re.compile(r"^(?:nvidia\b|rtx\b|tesla\b|quadro\b|(?:gb|gh|pg|[abhltv])[\s-]?\d)", re.IGNORECASE)
+_AMD_NAME_RE = re.compile(r"^(?:amd[\s_-]*)?(?:(?:radeon[\s_-]*)?instinct[\s_-]*)?(?:mi\d|radeon)", re.IGNORECASE)
+
+
+def query_vendor(identifier: str) -> Vendor | None:
+    """The vendor a GPU name looks like it is from, by its shape: ``MI300X``/``AMD ...``/``Radeon ...`` -> amd;
+    ``NVIDIA ...`` or letters A/B/H/L/T/V, GB/GH/RTX/PG followed by digits (``B300``, ``GH200``, ``RTX 6000``)
+    -> nvidia; PCI ids by their vendor part; None when the shape says nothing."""
+    key = identifier.strip()
+    if m := _PCI_RE.match(key.lower()):
+        return {"10de": "nvidia", "1002": "amd"}.get(m.group(1))
+    if m := _MIG_FILTER_RE.match(key.lower()):
+        return {"10de": "nvidia", "1002": "amd"}.get(m.group(2))
+    if _AMD_NAME_RE.match(key):
+        return "amd"
+    if _NVIDIA_NAME_RE.match(key):
+        return "nvidia"
+    return None
 
 
 class UnknownGpu(LookupError):
@@ -280,9 +316,35 @@ class Catalog(_Frozen):
         """Like :meth:`find_gpu` but raises :class:`UnknownGpu` naming the valid choices."""
         found = self.find_gpu(identifier)
         if found is None:
-            names = [g.name for g in self.gpus]
-            raise UnknownGpu(f"unknown GPU {identifier!r}; {did_you_mean(identifier, names, limit=30)}")
+            raise UnknownGpu(f"unknown GPU {identifier!r}; {self.gpu_hint(identifier)}")
         return found
+
+    def gpu_family(self, identifier: str) -> list[Gpu]:
+        """The GPUs a short family name such as ``H100`` or ``a100`` could mean: every model whose canonical name
+        starts with it followed by ``-`` (``H100-SXM5-80GB``, ``H100-PCIE-80GB``...). Empty when it names none."""
+        key = identifier.strip().lower()
+        if not key or "-" in key:
+            return []
+        return [g for g in self.gpus if g.name.lower().startswith(key + "-")]
+
+    def gpu_hint(self, identifier: str) -> str:
+        """What to tell a user whose identifier names no GPU: the models of an ambiguous family name
+        (``H100``), else ``did you mean`` the closest model *of the same vendor* (an NVIDIA-shaped name never
+        gets an AMD part, ``MI...`` never an NVIDIA one), then the valid names of that vendor."""
+        family = self.gpu_family(identifier)
+        if len(family) > 1:
+            return f"{identifier.strip()!r} names {len(family)} GPUs, pick one: " + ", ".join(g.name for g in family)
+        if len(family) == 1:
+            return f"did you mean {family[0].name!r}?"
+        vendor = query_vendor(identifier)
+        pool = [g for g in self.gpus if vendor is None or g.vendor == vendor]
+        by_ident = {ident.lower(): g.name for g in pool for ident in (g.name, *g.aliases)}
+        close = suggest(identifier.strip(), by_ident, n=1)
+        names = sorted(g.name for g in pool)
+        shown = ", ".join(names[:30]) + (f", … ({len(names) - 30} more)" if len(names) > 30 else "")
+        if close:
+            return f"did you mean {by_ident[close[0].lower()]!r}? valid: {shown}"
+        return f"valid: {shown}"
 
     def vm_size(self, name: str) -> VmSize | None:
         return self._size_index.get(name.lower())
@@ -347,6 +409,9 @@ def _expand_gpus(raw: dict[str, Any]) -> list[dict[str, Any]]:
                         "max_count": kind["max"],
                         "starts": kind["starts"],
                         "media_extensions": kind.get("media_extensions", False),
+                        "all_media_engines": kind.get("all_media_engines", False),
+                        "no_media_engines": kind.get("no_media_engines", False),
+                        "graphics": kind.get("graphics", False),
                         "usable_gib": spec.get("usable_gib"),
                         "sms": spec.get("sms"),
                     }
@@ -356,6 +421,7 @@ def _expand_gpus(raw: dict[str, Any]) -> list[dict[str, Any]]:
                 "memory_slices": geometry["memory_slices"],
                 "media_extension_instances": geometry["media_extension_instances"],
                 "profiles": profiles,
+                "min_driver_branch": mig.get("min_driver_branch"),
             }
         gpus.append(entry)
     return gpus

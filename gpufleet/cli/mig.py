@@ -58,6 +58,7 @@ def mig_profiles(gpu: GpuArg, as_json: JsonOpt = False) -> None:
                 "mig": True,
                 "compute_slices": geometry.compute_slices,
                 "memory_slices": geometry.memory_slices,
+                "min_driver_branch": geometry.min_driver_branch,
                 "profiles": [p.model_dump(mode="json") for p in geometry.profiles],
                 "maximal_layouts": [dict(lay) for lay in layouts],
             }
@@ -66,8 +67,10 @@ def mig_profiles(gpu: GpuArg, as_json: JsonOpt = False) -> None:
     table = Table(
         title=f"{model.name}: {geometry.compute_slices} compute slices, {geometry.memory_slices} memory slices"
     )
-    for col in ("profile", "compute", "memory", "placement {starts}:size", "max/GPU", "usable GiB", "SMs"):
-        table.add_column(col)
+    # profile names are never cut (1g.24gb+me.all); placements wrap rather than lose their ends
+    table.add_column("profile", no_wrap=True, min_width=max(len(p.name) for p in geometry.profiles))
+    for col in ("compute", "memory", "placement {starts}:size", "max/GPU", "usable GiB", "SMs"):
+        table.add_column(col, overflow="fold")
     for p in geometry.profiles:
         table.add_row(
             p.name,
@@ -80,6 +83,8 @@ def mig_profiles(gpu: GpuArg, as_json: JsonOpt = False) -> None:
         )
     out.print(table)
     out.print("[dim]n/p: not published by NVIDIA for this model (see gpufleet/catalog/gpus.yaml)[/dim]")
+    branch = f"R{geometry.min_driver_branch}" if geometry.min_driver_branch else "not published"
+    out.print(f"oldest driver branch with MIG on {model.name}: {branch}")
     out.print(f"\n{len(layouts)} maximal layouts (no instance can be added to any of them):")
     for lay in layouts:
         out.print(f"  {mig.layout_str(lay)}")

@@ -5,10 +5,12 @@ Pure functions over the catalog (:mod:`gpufleet.catalog`), no I/O.
 Placement rules (NVIDIA MIG User Guide, "Supported MIG Profiles"): an instance occupies ``memory_slices``
 consecutive memory slices starting at one of its profile's allowed starts; instances never overlap on the
 memory-slice axis; their compute slices add up to at most the GPU's; at most ``media_extension_instances``
-instances carry media extensions (+me). ``check`` searches every placement exhaustively (a few hundred nodes at
-most), so it never wrongly rejects a layout a greedy left-to-right placement would miss (3 x 1g.20gb + 2 x 1g.10gb
-on an H100 needs a 1g.20gb at start 6). For NVIDIA's 7x8 and 4x4 geometries every multiset within the max counts
-and the slice sums has a placement (the tests check this exhaustively); the search finds it, and keeps the
+instances carry media extensions (+me, +me.all: the GPU has one OFA); an instance with every media engine
+(``+me.all``, RTX PRO 6000 Blackwell) shares the GPU only with ``-me`` instances, which have none. ``check``
+searches every placement exhaustively (a few hundred nodes at most), so it never wrongly rejects a layout a greedy
+left-to-right placement would miss (3 x 1g.20gb + 2 x 1g.10gb on an H100 needs a 1g.20gb at start 6). For NVIDIA's
+7x8, 4x4 and RTX PRO 6000 (4 compute slices on a 12-unit memory grid) geometries every multiset within the max
+counts and the slice sums has a placement (the tests check this exhaustively); the search finds it, and keeps the
 planner right for a geometry where sums are not enough.
 
 Packing covers a demand (instances per profile, per GPU model) with as few GPUs as possible: the linear

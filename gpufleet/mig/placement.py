@@ -150,6 +150,14 @@ def check(
             f"{desc} ask for {media} instances with media extensions; one {gpu.name} has media engines"
             f" for {geometry.media_extension_instances}"
         )
+    for p, _ in chosen:
+        if p.all_media_engines:
+            needing = sorted({q.name for q, _ in chosen if q is not p and not q.no_media_engines})
+            if needing:
+                return refuse(
+                    f"{p.name} takes every media engine of the GPU, so the other instances must be -me profiles"
+                    f" (no media engines), not {', '.join(needing)}"
+                )
     if starts is None:
         done = ", ".join(f"{p.profile}@{p.start}" for p in partial) or "nothing"
         return refuse(

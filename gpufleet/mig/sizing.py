@@ -24,11 +24,11 @@ def usable_gib(gpu: Gpu, profile: MigProfile) -> tuple[float, bool]:
 
 
 def profile_for_memory(gpu: Gpu, min_gib: float) -> MigProfile:
-    """The cheapest profile (fewest memory slices, then compute slices; no media extensions) whose usable
-    memory is at least ``min_gib``."""
+    """The cheapest profile (fewest memory slices, then compute slices; a plain one: no +me, +me.all, -me or
+    +gfx variant) whose usable memory is at least ``min_gib``."""
     if gpu.mig is None:
         raise MigError(f"{gpu.name} ({gpu.architecture}) has no MIG")
-    fitting = [p for p in gpu.mig.profiles if not p.media_extensions and usable_gib(gpu, p)[0] >= min_gib]
+    fitting = [p for p in gpu.mig.profiles if p.plain and usable_gib(gpu, p)[0] >= min_gib]
     if not fitting:
         largest = max(usable_gib(gpu, p)[0] for p in gpu.mig.profiles)
         raise MigError(f"no MIG instance of {gpu.name} has {min_gib:g} GiB usable; the largest has {largest:g} GiB")

@@ -152,7 +152,7 @@ def test_profile_names_collide_across_models_so_everything_is_keyed_by_model(cat
     assert catalog.gpu("H100-SXM5-80GB").mig.profile("1g.10gb").max_count == 7
     assert catalog.gpu("A100-SXM4-40GB").mig.profile("1g.10gb").max_count == 4
     assert catalog.gpu("A100-SXM4-40GB").mig.profile("1g.10gb").memory_slices == 2
-    assert set(catalog.mig_profile_owners("1g.5gb")) == {"A100-SXM4-40GB", "A100-PCIE-40GB"}
+    assert set(catalog.mig_profile_owners("1g.5gb")) == {"A100-SXM4-40GB", "A100-PCIE-40GB", "A800-PCIE-40GB"}
 
 
 def test_usable_memory_is_below_the_profile_name(catalog: Catalog):

@@ -27,6 +27,9 @@ def fits_independently(gpu: Gpu, counts: dict[str, int]) -> bool:
         return False
     if sum(p.media_extensions for p in instances) > geo.media_extension_instances:
         return False
+    # an instance holding every media engine (+me.all) leaves none for any other instance but -me ones
+    if any(p.all_media_engines for p in instances) and sum(not p.no_media_engines for p in instances) > 1:
+        return False
 
     def place(i: int, taken: frozenset[int]) -> bool:
         if i == len(instances):
@@ -179,7 +182,13 @@ def synthetic_gpu() -> Gpu:
     )
     geometry = MigGeometry(compute_slices=4, memory_slices=4, media_extension_instances=1, profiles=profiles)
     return Gpu(
-        name="SYNTHETIC-4x4", vendor="nvidia", architecture="Ampere", memory_gib=8, pci_ids=("10de:ffff",), mig=geometry
+        name="SYNTHETIC-4x4",
+        source="test double",
+        vendor="nvidia",
+        architecture="Ampere",
+        memory_gib=8,
+        pci_ids=("10de:ffff",),
+        mig=geometry,
     )
 
 
