@@ -74,7 +74,66 @@ MIG_TABLE = {
     },
     "A30-24GB": {"1g.6gb": 4, "1g.6gb+me": 1, "2g.12gb": 2, "2g.12gb+me": 1, "4g.24gb": 1},
 }
+# Issue 21's models: the guide's B200/H200/H100 tables carried to the sizes mig-parted v0.15.0 names for them, the
+# guide's RTX PRO 6000 Blackwell table, and [migparted]'s 96GB group (H20, H100-96GB, PG506-96GB) as it lists it.
+MIG_TABLE["GB200-186GB"] = {
+    "1g.23gb": 7,
+    "1g.23gb+me": 1,
+    "1g.47gb": 4,
+    "2g.47gb": 3,
+    "3g.93gb": 2,
+    "4g.93gb": 1,
+    "7g.186gb": 1,
+}
+MIG_TABLE["B300-288GB"] = {
+    "1g.34gb": 7,
+    "1g.34gb+me": 1,
+    "1g.67gb": 4,
+    "2g.67gb": 3,
+    "3g.135gb": 2,
+    "4g.135gb": 1,
+    "7g.269gb": 1,
+}
+MIG_TABLE["GB300-288GB"] = {
+    "1g.35gb": 7,
+    "1g.35gb+me": 1,
+    "1g.70gb": 4,
+    "2g.70gb": 3,
+    "3g.139gb": 2,
+    "4g.139gb": 1,
+    "7g.278gb": 1,
+}
+MIG_TABLE["GH200-144GB"] = {
+    "1g.18gb": 7,
+    "1g.18gb+me": 1,
+    "1g.36gb": 4,
+    "2g.36gb": 3,
+    "3g.72gb": 2,
+    "4g.72gb": 1,
+    "7g.144gb": 1,
+}
+MIG_TABLE["RTX-PRO-6000-BSE-96GB"] = {
+    "1g.24gb": 4,
+    "1g.24gb+me": 1,
+    "1g.24gb+gfx": 4,
+    "1g.24gb+me.all": 1,
+    "1g.24gb-me": 4,
+    "2g.48gb": 2,
+    "2g.48gb+gfx": 2,
+    "2g.48gb+me.all": 1,
+    "2g.48gb-me": 2,
+    "4g.96gb": 1,
+    "4g.96gb+gfx": 1,
+}
+for _model in ("H20-96GB", "H100-96GB", "PG506-96GB"):
+    MIG_TABLE[_model] = {"1g.12gb": 7, "2g.24gb": 3, "3g.48gb": 2, "4g.48gb": 1, "7g.96gb": 1}
 MIG_TABLE["A100-PCIE-40GB"] = MIG_TABLE["A100-SXM4-40GB"]
+MIG_TABLE["A800-PCIE-40GB"] = MIG_TABLE["A100-SXM4-40GB"]
+MIG_TABLE["A800-SXM4-80GB"] = MIG_TABLE["A100-SXM4-80GB"]
+MIG_TABLE["A800-PCIE-80GB"] = MIG_TABLE["A100-SXM4-80GB"]
+MIG_TABLE["H800-SXM5-80GB"] = MIG_TABLE["H100-SXM5-80GB"]
+MIG_TABLE["H800-PCIE-80GB"] = MIG_TABLE["H100-SXM5-80GB"]
+MIG_TABLE["H800-NVL-94GB"] = MIG_TABLE["H100-NVL-94GB"]
 MIG_TABLE["A100-PCIE-80GB"] = MIG_TABLE["A100-SXM4-80GB"]
 MIG_TABLE["H100-PCIE-80GB"] = MIG_TABLE["H100-SXM5-80GB"]
 MIG_TABLE["H200-NVL-141GB"] = MIG_TABLE["H200-SXM-141GB"]
@@ -128,7 +187,7 @@ def test_mig_profiles_and_max_counts_match_nvidia_table(catalog: Catalog, model:
     assert {p.name: p.max_count for p in gpu.mig.profiles} == MIG_TABLE[model]
 
 
-@pytest.mark.parametrize("model", sorted(m for m in MIG_TABLE if m != "A30-24GB"))
+@pytest.mark.parametrize("model", sorted(m for m in MIG_TABLE if m not in ("A30-24GB", "RTX-PRO-6000-BSE-96GB")))
 def test_seven_slice_models_have_nvidia_placements(catalog: Catalog, model: str):
     mig = catalog.gpu(model).mig
     assert (mig.compute_slices, mig.memory_slices) == (7, 8)
@@ -159,6 +218,7 @@ def test_usable_memory_is_below_the_profile_name(catalog: Catalog):
     a100 = catalog.gpu("A100-SXM4-80GB").mig
     assert a100.profile("1g.10gb").usable_gib == 9.50 and a100.profile("1g.10gb").sms == 14
     assert a100.profile("7g.80gb").usable_gib == 78.75 and a100.profile("7g.80gb").sms == 98
+    assert a100.profile("1g.20gb").usable_gib == 19.50 and a100.profile("1g.20gb").sms == 14  # one compute slice
     for gpu in catalog.gpus:
         for p in gpu.mig.profiles if gpu.mig else ():
             nominal = float(p.name.split(".")[1].split("gb")[0])
