@@ -83,8 +83,7 @@ def _resolve(parsed: DemandFile, catalog: Catalog) -> tuple[list[ModelDemand], l
         path = ("demand", i)
         gpu = catalog.find_gpu(entry.gpu)
         if gpu is None:
-            names = [g.name for g in catalog.gpus]
-            findings.append(Finding((*path, "gpu"), f"unknown GPU {entry.gpu!r}; {did_you_mean(entry.gpu, names, 30)}"))
+            findings.append(Finding((*path, "gpu"), f"unknown GPU {entry.gpu!r}; {catalog.gpu_hint(entry.gpu)}"))
             continue
         if gpu.mig is None:
             findings.append(Finding((*path, "gpu"), catalog.no_mig_reason(gpu)))

@@ -292,11 +292,7 @@ def check_host_group(
         return
     gpu = ctx.catalog.find_gpu(group.gpu_model)
     if gpu is None:
-        names = [g.name for g in ctx.catalog.gpus]
-        yield Finding(
-            (*path, "gpu_model"),
-            f"unknown GPU {group.gpu_model!r}; {did_you_mean(group.gpu_model, names, 30)}",
-        )
+        yield Finding((*path, "gpu_model"), f"unknown GPU {group.gpu_model!r}; {ctx.catalog.gpu_hint(group.gpu_model)}")
         return
     if group.mig is not None:
         if gpu.mig is None:

@@ -337,3 +337,13 @@ def test_an_ambiguous_family_name_lists_its_models_instead_of_picking_one(catalo
     message = str(info.value)
     assert f"names {len(members)} GPUs, pick one" in message
     assert {m.strip() for m in message.split("pick one:")[1].split(",")} == members
+
+
+def test_a_demand_file_naming_a_near_miss_gets_the_same_vendor_aware_hint(tmp_path):
+    from gpufleet.mig.demand import load_demand
+
+    path = tmp_path / "demand.yaml"
+    path.write_text("demand:\n  - gpu: B301\n    profiles: {1g.34gb: 1}\n  - gpu: H100\n    profiles: {1g.10gb: 1}\n")
+    messages = [d.message for d in load_demand(path, CATALOG).diagnostics]
+    assert messages[0].startswith("unknown GPU 'B301'; did you mean 'B300-288GB'?") and "MI300X" not in messages[0]
+    assert "'H100' names 4 GPUs, pick one: H100-SXM5-80GB" in messages[1]
