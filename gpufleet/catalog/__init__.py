@@ -138,6 +138,17 @@ class Gpu(_Frozen):
         return tuple(f"0x{pid[5:].upper()}{pid[:4].upper()}" for pid in self.pci_ids)
 
 
+# The node OS images AKS offers for Linux GPU pools (learn.microsoft.com/azure/aks/upgrade-os-version): the pool's
+# os_sku picks one of them (Ubuntu2204 -> ubuntu-22.04, Ubuntu2404 -> ubuntu-24.04, AzureLinux/AzureLinux3 ->
+# azurelinux-3; Ubuntu is 22.04 up to Kubernetes 1.34 and 24.04 from 1.35).
+OsImage = Literal["ubuntu-22.04", "ubuntu-24.04", "azurelinux-3"]
+OS_IMAGE_NAMES: dict[str, str] = {
+    "ubuntu-22.04": "Ubuntu 22.04",
+    "ubuntu-24.04": "Ubuntu 24.04",
+    "azurelinux-3": "Azure Linux 3",
+}
+
+
 class VmSize(_Frozen):
     name: str
     series: str
@@ -146,9 +157,15 @@ class VmSize(_Frozen):
     vcpus: int
     memory_gib: float
     infiniband: bool
+    nvlink: bool = Field(description="NVLink between the VM's GPUs (tensor parallelism > 1 without PCIe hops)")
     aks_supported: bool
     aks_mig: bool
-    azure_linux: bool
+    os_skus: tuple[OsImage, ...] = Field(description="node OS images AKS supports for GPU pools of this size")
+    regions: tuple[str, ...] | None = Field(
+        default=None, description="regions offering the size; None: not recorded (no region check)"
+    )
+    confidential: bool = Field(default=False, description="confidential computing VM (AMD SEV-SNP, GPU TEE)")
+    preview: bool = Field(default=False, description="Microsoft lists the series as preview")
     retired_on: _dt.date | None = None
     replacements: tuple[str, ...] = ()
     source: str
@@ -157,6 +174,15 @@ class VmSize(_Frozen):
     @classmethod
     def _fraction(cls, v: Any) -> Fraction:
         return Fraction(str(v))
+
+    @property
+    def azure_linux(self) -> bool:
+        """AKS runs Azure Linux (os_sku AzureLinux / AzureLinux3) on this size."""
+        return "azurelinux-3" in self.os_skus
+
+    def offered_in(self, region: str) -> bool | None:
+        """Whether the size is offered in ``region``; None when the catalog records no regions for it."""
+        return None if self.regions is None else region in self.regions
 
     def retired(self, today: _dt.date) -> bool:
         return self.retired_on is not None and self.retired_on <= today
@@ -250,10 +276,16 @@ class Catalog(_Frozen):
             for r in size.replacements:
                 if r not in size_names:
                     raise ValueError(f"{size.name}: replacement {r!r} is not a catalog size")
+        region_names = {r.name for r in self.regions}
+        for size in self.vm_sizes:
+            unknown = sorted(set(size.regions or ()) - region_names)
+            if unknown:
+                raise ValueError(f"{size.name}: unknown regions {', '.join(unknown)}")
+            if size.aks_supported and not size.os_skus:
+                raise ValueError(f"{size.name}: supported by AKS on no OS image (os_skus is empty)")
         for system in self.system_vm_sizes:
             if system.name in size_names:
                 raise ValueError(f"{system.name}: listed both as a GPU size and as a system pool size")
-        region_names = {r.name for r in self.regions}
         priced: set[tuple[str, str]] = set()
         priceable = size_names | {s.name for s in self.system_vm_sizes}
         for price in self.prices:
