@@ -7,6 +7,7 @@ date come in through :class:`Context`.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from gpufleet import mig
 from gpufleet.aks import aks_pool_name
-from gpufleet.catalog import Catalog, Gpu, VmSize
+from gpufleet.catalog import OS_IMAGE_NAMES, Catalog, Gpu, VmSize
 from gpufleet.diagnostics import Finding, Path, did_you_mean, format_path
 from gpufleet.labels import DEPLOY_DRIVER_LABEL, DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
 from gpufleet.spec.models import AksManagedMig, GpuPool, HostGroup, MigLayout, Stack, SystemPool, TuningProfile
@@ -42,13 +43,21 @@ DERIVED_LABELS = {
     GPU_PRESENT_LABEL: "GPU software (the device plugin chart runs where it is true)",
 }
 AKS_RESERVED_LABEL_PREFIXES = ("kubernetes.azure.com/", "kubernetes.io/", "k8s.io/")
-AZURE_LINUX_SKUS = ("AzureLinux", "AzureLinux3")
+# The node OS images each AKS os_sku can give (learn.microsoft.com/azure/aks/upgrade-os-version): Ubuntu is 22.04 up to
+# Kubernetes 1.34 and 24.04 from 1.35; AzureLinux is Azure Linux 3.0 from 1.32 (2.0 is retired).
+OS_SKU_IMAGES: dict[str, tuple[str, ...]] = {
+    "Ubuntu": ("ubuntu-22.04", "ubuntu-24.04"),
+    "Ubuntu2204": ("ubuntu-22.04",),
+    "AzureLinux": ("azurelinux-3",),
+    "AzureLinux3": ("azurelinux-3",),
+}
 
 
 @dataclass(frozen=True)
 class Context:
     catalog: Catalog
     today: _dt.date
+    region: str | None = None  # the stack's region (AKS pools: the size must be offered there)
 
 
 # -- MIG layouts (shared by AKS pools and bare-metal host groups) ---------------------------------------------
@@ -110,6 +119,8 @@ def check_pool_size(pool: GpuPool, path: Path, ctx: Context) -> tuple[VmSize | N
         findings.append(
             Finding(spath, f"{size.name!r} ({size.series}) is not supported by AKS; choose one of {choices}")
         )
+    if ctx.region is not None and size.offered_in(ctx.region) is False:
+        findings.append(Finding(spath, _not_offered(size, ctx.region, ctx)))
     gpu = ctx.catalog.gpu(size.gpu)
     if gpu.vendor != "nvidia":
         findings.append(
@@ -120,6 +131,38 @@ def check_pool_size(pool: GpuPool, path: Path, ctx: Context) -> tuple[VmSize | N
             )
         )
     return size, findings
+
+
+def _not_offered(size: VmSize, region: str, ctx: Context) -> str:
+    """Why a size cannot be used in ``region``: where it is offered, and the sizes with its GPU offered there."""
+    where = ", ".join(size.regions or ()) or "no catalog region"
+    same_gpu = [
+        s.name
+        for s in ctx.catalog.vm_sizes
+        if s.gpu == size.gpu and s.offered_in(region) and s.aks_supported and not s.retired(ctx.today)
+    ]
+    there = (
+        f"sizes with {size.gpu} offered in {region}: {', '.join(same_gpu)}"
+        if same_gpu
+        else f"no catalog size with {size.gpu} is offered in {region}"
+    )
+    return f"{size.name!r} is not offered in {region}; regions offering it: {where}; {there}"
+
+
+def check_os_sku(pool: GpuPool, size: VmSize, gpu: Gpu, path: Path) -> Iterator[Finding]:
+    """The pool's os_sku must give a node OS image AKS supports on the size (Ubuntu: either Ubuntu image)."""
+    if not size.os_skus:
+        return  # not an AKS size: check_pool_size said so
+    images = OS_SKU_IMAGES[pool.os_sku]
+    if set(images) & set(size.os_skus):
+        return
+    valid = [sku for sku, given in OS_SKU_IMAGES.items() if set(given) & set(size.os_skus)]
+    wanted = " or ".join(OS_IMAGE_NAMES[i] for i in images)
+    yield Finding(
+        (*path, "os_sku"),
+        f"{size.name} ({gpu.name}) is not available on {wanted} in AKS; it supports"
+        f" {', '.join(OS_IMAGE_NAMES[i] for i in size.os_skus)}: use os_sku {' or '.join(valid)}",
+    )
 
 
 def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
@@ -174,11 +217,7 @@ def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
         return
     gpu = ctx.catalog.gpu(size.gpu)
 
-    if pool.os_sku in AZURE_LINUX_SKUS and not size.azure_linux:
-        yield Finding(
-            (*path, "os_sku"),
-            f"{size.name} ({gpu.name}) is not available on Azure Linux in AKS; use os_sku Ubuntu or Ubuntu2204",
-        )
+    yield from check_os_sku(pool, size, gpu, path)
 
     if pool.mig is not None:
         mpath = (*path, "mig")
@@ -325,7 +364,8 @@ def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
     """All cross-cutting rules of a structurally valid stack."""
     yield from check_region(stack.region, stack.aks is not None, ctx)
     if stack.aks is not None:
-        yield from check_aks_pools(stack.aks.gpu_pools, stack.aks.cluster.system_pool, ctx)
+        in_region = dataclasses.replace(ctx, region=stack.region if stack.region in ctx.catalog.region_names else None)
+        yield from check_aks_pools(stack.aks.gpu_pools, stack.aks.cluster.system_pool, in_region)
     if stack.baremetal is not None:
         profiles = dict(stack.tuning_profiles)
         profiles.setdefault("default", TuningProfile())
