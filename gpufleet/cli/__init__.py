@@ -17,6 +17,7 @@ import typer
 
 from gpufleet import __version__
 from gpufleet.cli import audit, size, stack
+from gpufleet.cli.catalog import catalog_app
 from gpufleet.cli.common import EXIT_CODES_HELP, EXIT_INTERNAL, err, out
 from gpufleet.cli.cost import cost
 from gpufleet.cli.lab import lab_app
@@ -40,6 +41,7 @@ app.add_typer(mig_app, name="mig")
 app.add_typer(lab_app, name="lab")
 app.add_typer(topology_app, name="topology")
 app.add_typer(promote_app, name="promote")
+app.add_typer(catalog_app, name="catalog")
 
 
 def _version(value: bool) -> None:

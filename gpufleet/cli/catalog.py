@@ -1,0 +1,267 @@
+"""``gpufleet catalog``: what the hardware catalog knows: GPU models and Azure GPU VM sizes, with filters, and one
+entry in detail."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpufleet.cli.common import EXIT_INVALID, JsonOpt, emit_json, err, out, shown, usage_error
+
+if TYPE_CHECKING:
+    from gpufleet.catalog import Catalog, Gpu, Price, VmSize
+
+catalog_app = typer.Typer(
+    help="What the hardware catalog knows: GPU models (gpus) and Azure GPU VM sizes (sizes).", no_args_is_help=True
+)
+
+MigOpt = Annotated[
+    bool,
+    typer.Option("--mig", help="gpus: only MIG-capable models; sizes: only sizes on which AKS supports MIG."),
+]
+FamilyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--family",
+        help="gpus: a GPU architecture (Hopper, Blackwell...); sizes: a VM series (ND_H100_v5...). Case-insensitive; "
+        "an unknown one is a usage error (exit 2) listing the valid ones.",
+    ),
+]
+RegionOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--region",
+        help="An Azure region (westeurope): only sizes offered there (sizes whose regions are not recorded are kept, "
+        "marked as such) and each size's price there. An unknown region is a usage error (exit 2).",
+    ),
+]
+
+
+def _gpu_count(count: Fraction) -> int | float:
+    """GPUs per VM as a JSON number: an int when whole, else the fraction to 4 decimals (1/6 -> 0.1667)."""
+    return int(count) if count.denominator == 1 else round(float(count), 4)
+
+
+def _gpu_dict(gpu: Gpu) -> dict[str, Any]:
+    return {
+        "name": gpu.name,
+        "vendor": gpu.vendor,
+        "architecture": gpu.architecture,
+        "memory_gib": gpu.memory_gib,
+        "memory_bandwidth_gbs": gpu.memory_bandwidth_gbs,
+        "nvlink_gbs": gpu.nvlink_gbs,
+        "pci_ids": list(gpu.pci_ids),
+        "aliases": list(gpu.aliases),
+        "mig": gpu.mig_capable,
+        "mig_profiles": len(gpu.mig.profiles) if gpu.mig is not None else 0,
+    }
+
+
+def _price_dict(price: Price | None) -> dict[str, Any] | None:
+    if price is None:
+        return None
+    return price.model_dump(mode="json", exclude={"vm_size", "region"})
+
+
+def _size_dict(size: VmSize, catalog: Catalog, region: str | None) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": size.name,
+        "series": size.series,
+        "gpu": size.gpu,
+        "gpu_count": _gpu_count(size.gpu_count),
+        "vcpus": size.vcpus,
+        "memory_gib": size.memory_gib,
+        "infiniband": size.infiniband,
+        "nvlink": size.nvlink,
+        "aks_supported": size.aks_supported,
+        "aks_mig": size.aks_mig,
+        "os_skus": list(size.os_skus),
+        "regions": list(size.regions) if size.regions is not None else None,
+        "confidential": size.confidential,
+        "preview": size.preview,
+        "retired_on": size.retired_on.isoformat() if size.retired_on else None,
+        "replacements": list(size.replacements),
+        "source": size.source,
+    }
+    if region is not None:
+        data["region"] = region
+        data["offered_in_region"] = size.offered_in(region)
+        data["price"] = _price_dict(catalog.price(size.name, region))
+    return data
+
+
+def _family(value: str, valid: list[str], what: str) -> str:
+    """The canonical spelling of ``value`` among ``valid`` (case-insensitive), else a usage error listing them."""
+    for v in valid:
+        if v.lower() == value.lower():
+            return v
+    raise usage_error(f"unknown {what} {value!r}; valid: {', '.join(valid)}")
+
+
+def _unknown(message: str, as_json: bool) -> typer.Exit:
+    """An entry the catalog does not have: one line (JSON: ``{"error": ...}``), exit 1."""
+    if as_json:
+        emit_json({"error": message})
+    else:
+        err.print(f"[red]error:[/red] {shown(message)}")
+    return typer.Exit(EXIT_INVALID)
+
+
+def _print_wide(table: Table) -> None:
+    """A wide table: at the terminal's width on a terminal, unsqueezed (up to 200 columns) into a pipe or file."""
+    if out.is_terminal:
+        out.print(table)
+    else:
+        Console(file=out.file, width=max(out.width, 200), highlight=False, emoji=False).print(table)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _detail(rows: dict[str, Any], title: str) -> None:
+    table = Table(title=shown(title), show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for key, value in rows.items():
+        if isinstance(value, list):
+            value = ", ".join(str(v) for v in value) or "-"
+        elif isinstance(value, bool):
+            value = _yes(value)
+        elif value is None:
+            value = "-"
+        table.add_row(key, shown(value))
+    out.print(table)
+
+
+@catalog_app.command("gpus")
+def catalog_gpus(
+    name: Annotated[
+        str | None,
+        typer.Argument(help="Show one GPU in detail: its catalog name, an alias (nvidia-smi name) or a PCI id."),
+    ] = None,
+    mig: MigOpt = False,
+    family: FamilyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The GPU models the catalog knows: vendor, architecture, memory, bandwidth, NVLink, PCI ids, aliases, MIG.
+    With NAME, that one GPU (exact on name, aliases and PCI ids; otherwise "did you mean" and exit 1)."""
+    from gpufleet.catalog import UnknownGpu, load_catalog
+
+    catalog = load_catalog()
+    if name is not None:
+        try:
+            gpu = catalog.gpu(name)
+        except UnknownGpu as exc:
+            raise _unknown(str(exc), as_json) from None
+        data = _gpu_dict(gpu)
+        if gpu.mig is not None:
+            data["mig_profile_names"] = [p.name for p in gpu.mig.profiles]
+        data["vm_sizes"] = [s.name for s in catalog.vm_sizes if s.gpu == gpu.name]
+        if as_json:
+            emit_json(data)
+        else:
+            _detail(data, f"GPU {gpu.name}")
+        return
+
+    gpus = list(catalog.gpus)
+    if family is not None:
+        arch = _family(family, [a.name for a in catalog.architectures], "GPU architecture")
+        gpus = [g for g in gpus if g.architecture == arch]
+    if mig:
+        gpus = [g for g in gpus if g.mig_capable]
+    if as_json:
+        emit_json([_gpu_dict(g) for g in gpus])
+        return
+    table = Table(title=f"{len(gpus)} GPU models")
+    table.add_column("name", no_wrap=True, min_width=max((len(g.name) for g in gpus), default=4))
+    for col in ("vendor", "arch", "GiB", "GB/s", "NVLink GB/s", "PCI ids", "aliases", "MIG"):
+        table.add_column(col)
+    for g in gpus:
+        table.add_row(
+            g.name,
+            g.vendor,
+            g.architecture,
+            f"{g.memory_gib:g}",
+            f"{g.memory_bandwidth_gbs:g}" if g.memory_bandwidth_gbs else "-",
+            f"{g.nvlink_gbs:g}" if g.nvlink_gbs else "-",
+            ", ".join(g.pci_ids),
+            shown(", ".join(g.aliases)) or "-",
+            f"yes ({len(g.mig.profiles)} profiles)" if g.mig is not None else "no",
+        )
+    _print_wide(table)
+
+
+@catalog_app.command("sizes")
+def catalog_sizes(
+    name: Annotated[str | None, typer.Argument(help="Show one VM size in detail (Standard_ND96isr_H100_v5).")] = None,
+    mig: MigOpt = False,
+    region: RegionOpt = None,
+    family: FamilyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The Azure GPU VM sizes the catalog knows: series, GPU and count, vCPUs, memory, AKS and AKS-MIG support, OS
+    images, regions, retirement, and with --region the price there ("no price" when none is recorded, never 0). With
+    NAME, that one size (exact, case-insensitive; otherwise "did you mean" and exit 1)."""
+    from gpufleet.catalog import load_catalog
+    from gpufleet.diagnostics import did_you_mean
+
+    catalog = load_catalog()
+    if region is not None and region not in catalog.region_names:
+        raise usage_error(f"unknown Azure region {region!r}; {did_you_mean(region, catalog.region_names, 8)}")
+    if name is not None:
+        size = catalog.vm_size(name)
+        if size is None:
+            names = [s.name for s in catalog.vm_sizes]
+            raise _unknown(f"unknown VM size {name!r}; {did_you_mean(name, names)}", as_json)
+        data = _size_dict(size, catalog, region)
+        if as_json:
+            emit_json(data)
+        else:
+            _detail(data, f"VM size {size.name}")
+        return
+
+    sizes = list(catalog.vm_sizes)
+    if family is not None:
+        series = _family(family, list(dict.fromkeys(s.series for s in sizes)), "VM series")
+        sizes = [s for s in sizes if s.series == series]
+    if mig:
+        sizes = [s for s in sizes if s.aks_mig]
+    if region is not None:
+        sizes = [s for s in sizes if s.offered_in(region) is not False]
+    if as_json:
+        emit_json([_size_dict(s, catalog, region) for s in sizes])
+        return
+
+    table = Table(title=f"{len(sizes)} Azure GPU VM sizes" + (f" in {region}" if region else ""))
+    table.add_column("name", no_wrap=True, min_width=max((len(s.name) for s in sizes), default=4))
+    columns = ["series", "GPU", "GPUs", "vCPUs", "GiB", "AKS", "AKS MIG", "OS images", "regions", "retired"]
+    if region is not None:
+        columns.append(f"$/h {region}")
+    for col in columns:
+        table.add_column(col)
+    for s in sizes:
+        row = [
+            s.name,
+            s.series,
+            s.gpu,
+            str(s.gpu_count),
+            str(s.vcpus),
+            f"{s.memory_gib:g}",
+            _yes(s.aks_supported),
+            _yes(s.aks_mig),
+            ", ".join(s.os_skus) or "-",
+            "not recorded" if s.regions is None else (", ".join(s.regions) or "none"),
+            s.retired_on.isoformat() if s.retired_on else "-",
+        ]
+        if region is not None:
+            price = catalog.price(s.name, region)
+            row.append(f"{price.pay_as_you_go:g}" if price and price.pay_as_you_go else "no price")
+        table.add_row(*row)
+    _print_wide(table)
+    if region is not None and any(s.regions is None for s in sizes):
+        out.print("[dim]regions 'not recorded': the catalog does not say whether the size is offered there[/dim]")
