@@ -19,16 +19,22 @@ catalog_app = typer.Typer(
     help="What the hardware catalog knows: GPU models (gpus) and Azure GPU VM sizes (sizes).", no_args_is_help=True
 )
 
-MigOpt = Annotated[
-    bool,
-    typer.Option("--mig", help="gpus: only MIG-capable models; sizes: only sizes on which AKS supports MIG."),
-]
-FamilyOpt = Annotated[
+GpuMigOpt = Annotated[bool, typer.Option("--mig", help="Only the MIG-capable GPU models.")]
+SizeMigOpt = Annotated[bool, typer.Option("--mig", help="Only the sizes on which AKS supports MIG.")]
+ArchOpt = Annotated[
     str | None,
     typer.Option(
         "--family",
-        help="gpus: a GPU architecture (Hopper, Blackwell...); sizes: a VM series (ND_H100_v5...). Case-insensitive; "
-        "an unknown one is a usage error (exit 2) listing the valid ones.",
+        help="Only one GPU architecture (Hopper, blackwell...), case-insensitive; an unknown one is a usage error "
+        "(exit 2) listing the valid ones.",
+    ),
+]
+SeriesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--family",
+        help="Only one VM series (ND_H100_v5, nc_a100_v4...), case-insensitive; an unknown one is a usage error "
+        "(exit 2) listing the valid ones.",
     ),
 ]
 RegionOpt = Annotated[
@@ -144,8 +150,8 @@ def catalog_gpus(
         str | None,
         typer.Argument(help="Show one GPU in detail: its catalog name, an alias (nvidia-smi name) or a PCI id."),
     ] = None,
-    mig: MigOpt = False,
-    family: FamilyOpt = None,
+    mig: GpuMigOpt = False,
+    family: ArchOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The GPU models the catalog knows: vendor, architecture, memory, bandwidth, NVLink, PCI ids, aliases, MIG.
@@ -199,9 +205,9 @@ def catalog_gpus(
 @catalog_app.command("sizes")
 def catalog_sizes(
     name: Annotated[str | None, typer.Argument(help="Show one VM size in detail (Standard_ND96isr_H100_v5).")] = None,
-    mig: MigOpt = False,
+    mig: SizeMigOpt = False,
     region: RegionOpt = None,
-    family: FamilyOpt = None,
+    family: SeriesOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The Azure GPU VM sizes the catalog knows: series, GPU and count, vCPUs, memory, AKS and AKS-MIG support, OS
