@@ -1,0 +1,512 @@
+"""Fleet repack: meet a new MIG demand by changing the layouts of as few GPUs as possible.
+
+A fleet's GPUs each have a MIG layout now. Changing a GPU's layout means draining it (its instances go away
+while it is reconfigured), so a repack is judged, per GPU model, lexicographically by
+
+1. the GPUs **added** (only when the fleet is too small: the fewest a packing of the whole demand needs beyond
+   the fleet, ``max(0, M - N)`` with M from :func:`gpufleet.mig.pack_model`);
+2. the existing GPUs **changed** (given a new layout);
+3. the GPUs **used** in total (changed, added, and unchanged GPUs whose instances serve the demand).
+
+An unchanged GPU keeps its layout and contributes its current instances. GPUs the new demand does not need are
+**left as they are** (never emptied: emptying one would be a change, that is a drain, for nothing); they are
+reported as idle, with their instances as spare capacity. A changed GPU always serves the demand.
+
+Lower bound on the changed GPUs (:func:`changed_lower_bound`). Take prices ``y >= 0`` on the demanded profiles
+under which no layout of the model is worth more than one GPU (``y.P <= 1`` for every layout P: the dual of the
+covering LP, memory slices / the GPU's memory slices, compute slices / its compute slices, 1 / max count of one
+profile). Let ``s`` be the demanded instances the whole fleet has now and ``d`` the demand. If the set R of
+GPUs changes (and A are added), the new layouts must cover what the unchanged GPUs leave uncovered, so
+``|R| + A >= y.(d - s + sum of L_g over g in R)``, i.e. ``sum over R of (1 - y.L_g) >= y.(d - s) - A``: each
+changed GPU brings at most its *slack* ``1 - y.L_g`` (what its current layout wastes under y). Hence at least as
+many GPUs change as it takes, taking the largest slacks first, to reach ``y.(d - s) - A``; the bound is the
+largest such count over the prices tried.
+
+The search: small fleets (few distinct current layouts) are solved exactly (every number of GPUs to change per
+current layout, in increasing total, each tested with an exact cover of what is left; then every choice of the
+unchanged GPUs to use, fewest first). Larger ones release GPUs greedily, by the LP prices, from the current
+layouts whose instances the new demand values least, until the instances left uncovered fit on the released
+GPUs; the result says whether it meets the bound (then it is optimal in changed GPUs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpufleet.catalog import Gpu
+from gpufleet.mig.layouts import maximal_layouts
+from gpufleet.mig.packing import _Bounds, _greedy_cover, _min_gpus, _rounded_cover, pack_model
+from gpufleet.mig.placement import Layout, MigError, as_layout, check, unknown_profile
+
+# Fleets whose current layouts allow at most this many "how many to change per layout" vectors are solved exactly.
+EXACT_CHOICES = 4096
+EPS = 1e-7
+
+
+@dataclass(frozen=True)
+class FleetGpu:
+    """One GPU of the fleet and the MIG layout it has now (``()``: no instances)."""
+
+    host: str
+    index: int
+    layout: Layout
+
+
+@dataclass(frozen=True)
+class GpuChange:
+    """A GPU given a new layout: an existing one (drained and reconfigured) or an added one (``host`` None)."""
+
+    host: str | None
+    index: int | None
+    before: Layout
+    after: Layout
+    serves: dict[str, int]  # the demanded instances its new layout provides
+
+
+@dataclass
+class ModelRepack:
+    """The repack of one GPU model."""
+
+    gpu: str
+    demand: dict[str, int]
+    fleet: int  # existing GPUs
+    changes: list[GpuChange]  # existing GPUs given a new layout
+    additions: list[GpuChange]  # GPUs to add (the fleet is too small)
+    unchanged_used: int  # unchanged GPUs whose instances serve the demand
+    idle: list[FleetGpu]  # unchanged GPUs the demand does not need (left as they are)
+    lower_bound: int  # changed GPUs any repack needs (see the module docstring)
+    proven: bool  # whether no repack changes fewer GPUs (exact search, or the bound is met)
+    shortfall: dict[str, int]  # demanded instances the fleet lacks as it is
+    surplus: dict[str, int]  # instances the fleet has as it is beyond the demand
+    spare: dict[str, int] = field(default_factory=dict)  # instances beyond the demand after the repack
+
+    @property
+    def changed(self) -> int:
+        return len(self.changes)
+
+    @property
+    def added(self) -> int:
+        return len(self.additions)
+
+    @property
+    def unchanged(self) -> int:
+        return self.fleet - self.changed
+
+    @property
+    def used(self) -> int:
+        return self.changed + self.added + self.unchanged_used
+
+
+@dataclass
+class FleetRepack:
+    models: list[ModelRepack] = field(default_factory=list)
+
+    @property
+    def changed(self) -> int:
+        return sum(m.changed for m in self.models)
+
+    @property
+    def added(self) -> int:
+        return sum(m.added for m in self.models)
+
+    @property
+    def unchanged(self) -> int:
+        return sum(m.unchanged for m in self.models)
+
+    @property
+    def lower_bound(self) -> int:
+        return sum(m.lower_bound for m in self.models)
+
+    @property
+    def proven(self) -> bool:
+        return all(m.proven for m in self.models)
+
+
+Vec = tuple[int, ...]
+
+
+def _vec(layout: Layout, wanted: Sequence[str]) -> Vec:
+    counts = dict(layout)
+    return tuple(counts.get(name, 0) for name in wanted)
+
+
+def _slack_bound(prices: Sequence[float], classes: Sequence[tuple[Vec, int]], gap: float) -> int | None:
+    """Fewest GPUs whose slacks ``1 - y.L`` (largest first) add up to ``gap``; None when all of them do not."""
+    if gap <= EPS:
+        return 0
+    slacks = sorted(
+        ((1.0 - sum(p * c for p, c in zip(prices, vec, strict=True)), n) for vec, n in classes), reverse=True
+    )
+    total, count = 0.0, 0
+    for slack, n in slacks:
+        if slack <= EPS:
+            break
+        need = math.ceil((gap - total) / slack - EPS)
+        if need <= n:
+            return count + max(need, 1)
+        total += slack * n
+        count += n
+    return None
+
+
+def changed_lower_bound(
+    prices: Sequence[Sequence[float]], classes: Sequence[tuple[Vec, int]], demand: Vec, added: int
+) -> int:
+    """The most GPUs that must change under any of ``prices`` (each dual feasible: ``y.P <= 1`` for every layout
+    P); see the module docstring for the argument. ``classes`` are (demanded instances of a current layout, GPUs
+    with it)."""
+    supply = [sum(vec[i] * n for vec, n in classes) for i in range(len(demand))]
+    best = 0
+    for y in prices:
+        gap = sum(p * (d - s) for p, d, s in zip(y, demand, supply, strict=True)) - added
+        bound = _slack_bound(y, classes, gap)
+        if bound is not None:
+            best = max(best, bound)
+    return best
+
+
+class _Model:
+    """One model's repack problem: the current layouts (classes), the demand, the covering machinery."""
+
+    def __init__(self, gpu: Gpu, classes: list[tuple[Layout, int]], demand: dict[str, int], added: int) -> None:
+        assert gpu.mig is not None
+        self.gpu = gpu
+        self.wanted = [p.name for p in gpu.mig.profiles if demand.get(p.name, 0) > 0]
+        self.demand: Vec = tuple(demand[name] for name in self.wanted)
+        self.layouts = [lay for lay, _ in classes]
+        self.vecs = [_vec(lay, self.wanted) for lay, _ in classes]
+        self.counts = [n for _, n in classes]
+        self.added = added
+        self.patterns_layouts = list(maximal_layouts(gpu, self.wanted))
+        patterns = [list(_vec(lay, self.wanted)) for lay in self.patterns_layouts]
+        self.bounds = _Bounds(patterns)
+        self.order = sorted(range(len(self.wanted)), key=lambda i: -gpu.mig.by_name[self.wanted[i]].memory_slices)
+        self.prices: list[list[float]] = []
+        self._covers: dict[Vec, list[int]] = {}
+
+    def residual(self, released: Sequence[int], kept_only: Sequence[int] | None = None) -> Vec:
+        """The demand the unchanged GPUs leave uncovered when ``released[k]`` GPUs of each class change (or, with
+        ``kept_only``, when only those unchanged GPUs serve)."""
+        kept = kept_only if kept_only is not None else [n - v for n, v in zip(self.counts, released, strict=True)]
+        return tuple(
+            max(d - sum(vec[i] * k for vec, k in zip(self.vecs, kept, strict=True)), 0)
+            for i, d in enumerate(self.demand)
+        )
+
+    def lp(self, r: Vec) -> tuple[float, list[float]]:
+        """The covering LP's value for ``r`` and its dual prices (kept for the lower bound)."""
+        if not any(r):
+            return 0.0, [0.0] * len(r)
+        value, _ = self.bounds.lp(r)
+        y = self.bounds.duals[0]
+        self.prices.append(list(y))
+        return value, y
+
+    def cover(self, r: Vec, exact: bool) -> list[int]:
+        """Patterns covering ``r``: the fewest (exact), or the LP solution rounded down plus an exact cover of the
+        rest (within a few GPUs of the LP bound) above 64 GPUs."""
+        if not any(r):
+            return []
+        if r in self._covers:
+            return self._covers[r]
+        patterns = self.bounds.patterns
+        value, x = self.bounds.lp(r)
+        self.prices.append(list(self.bounds.duals[0]))
+        rounded, rest = _rounded_cover(patterns, r, x)
+        if any(rest):
+            rounded += _min_gpus(self.bounds, rest, self.order, _greedy_cover(patterns, rest))
+        if exact or math.ceil(value - EPS) < 64:
+            rounded = _min_gpus(self.bounds, r, self.order, rounded)
+        self._covers[r] = rounded
+        return rounded
+
+    def fixed_prices(self) -> list[list[float]]:
+        """Prices no layout exceeds, from the geometry: slice shares, and one profile at its max count."""
+        geometry = self.gpu.mig
+        assert geometry is not None
+        by = [geometry.by_name[name] for name in self.wanted]
+        out = [
+            [p.memory_slices / geometry.memory_slices for p in by],
+            [p.compute_slices / geometry.compute_slices for p in by],
+        ]
+        for i, p in enumerate(by):
+            out.append([1.0 / p.max_count if j == i else 0.0 for j in range(len(by))])
+        return out
+
+
+def _compositions(total: int, caps: Sequence[int]) -> Iterator[tuple[int, ...]]:
+    """Every vector v with 0 <= v[k] <= caps[k] and sum(v) == total."""
+    if not caps:
+        if total == 0:
+            yield ()
+        return
+    rest = sum(caps[1:])
+    for first in range(max(0, total - rest), min(caps[0], total) + 1):
+        for tail in _compositions(total - first, caps[1:]):
+            yield (first, *tail)
+
+
+def _exact(model: _Model, upper: int) -> tuple[list[int], list[int], list[int]] | None:
+    """Fewest changed GPUs, then fewest used: (released per class, kept-and-used per class, cover) or None when
+    nothing below ``upper`` changes exists... (``upper`` is a known feasible count)."""
+    lower = changed_lower_bound(
+        [*model.fixed_prices(), *model.prices],
+        list(zip(model.vecs, model.counts, strict=True)),
+        model.demand,
+        model.added,
+    )
+    for c in range(min(lower, upper), upper + 1):
+        feasible = [
+            v
+            for v in _compositions(c, model.counts)
+            if len(model.cover(model.residual(v), exact=True)) <= c + model.added
+        ]
+        if not feasible:
+            continue
+        best: tuple[int, list[int], list[int], list[int]] | None = None
+        for v in feasible:
+            caps = [n - k for n, k in zip(model.counts, v, strict=True)]
+            for used in range(sum(caps) + 1):
+                if best is not None and used >= best[0]:
+                    break
+                hit = next(
+                    (
+                        u
+                        for u in _compositions(used, caps)
+                        if len(model.cover(model.residual(v, kept_only=u), exact=True)) <= c + model.added
+                    ),
+                    None,
+                )
+                if hit is not None:
+                    best = (used, list(v), list(hit), model.cover(model.residual(v, kept_only=hit), exact=True))
+                    break
+        assert best is not None  # a feasible v keeps all its unchanged GPUs in use at worst
+        return best[1], best[2], best[3]
+    return None
+
+
+def _greedy(model: _Model) -> tuple[list[int], list[int], list[int]]:
+    """Release GPUs, best LP value first, until what is left uncovered fits on the released (and added) GPUs;
+    then give back to their old layouts the released GPUs the cover does not need, and leave idle the unchanged
+    GPUs whose instances are not needed."""
+    k = len(model.counts)
+    released = [0] * k
+    demand = model.demand
+
+    def supply() -> list[int]:
+        return [
+            sum(vec[i] * (n - v) for vec, n, v in zip(model.vecs, model.counts, released, strict=True))
+            for i in range(len(demand))
+        ]
+
+    def best_class(y: Sequence[float], kept: Sequence[int]) -> tuple[int, int] | None:
+        """The class whose next released GPU brings the most (1 - y.(new shortfall)), and how many of its GPUs
+        bring as much."""
+        best: tuple[float, float, int, int] | None = None
+        for j in range(k):
+            if released[j] >= model.counts[j]:
+                continue
+            vec = model.vecs[j]
+            loss = 0.0
+            run = model.counts[j] - released[j]
+            for i, a in enumerate(vec):
+                if not a:
+                    continue
+                extra = kept[i] - demand[i]  # instances of profile i beyond the demand
+                if extra >= a:
+                    run = min(run, extra // a)
+                else:
+                    loss += y[i] * (a - max(extra, 0))
+                    if extra > 0:
+                        run = 1
+            gain = 1.0 - loss
+            slack = 1.0 - sum(p * a for p, a in zip(y, vec, strict=True))
+            key = (gain, slack, -j, run)
+            if best is None or key[:3] > best[:3]:
+                best = key
+        if best is None:
+            return None
+        return -best[2], max(best[3], 1)
+
+    # release by LP prices until the fractional need fits
+    while True:
+        r = model.residual(released)
+        value, y = model.lp(r)
+        room = sum(released) + model.added
+        if value <= room + EPS:
+            break
+        choice = best_class(y, supply())
+        if choice is None:
+            break
+        j, run = choice
+        released[j] += min(run, max(1, math.ceil(value - room)))
+    # the integer cover: release one by one while it does not fit
+    while len(cover := model.cover(model.residual(released), exact=False)) > sum(released) + model.added:
+        _, y = model.lp(model.residual(released))
+        choice = best_class(y, supply())
+        if choice is None:  # every GPU released: the fresh packing fits (it set the GPUs added), so never here
+            raise MigError(f"internal: no repack of {model.gpu.name} found; report this with the input files")
+        released[choice[0]] += 1
+    # give back released GPUs the cover does not need, most useful now first (halving when a batch is too many)
+    extra = sum(released) + model.added - len(cover)
+    if extra > 0:
+        _, y = model.lp(demand)
+        by_use = sorted(
+            (j for j in range(k) if released[j]),
+            key=lambda j: sum(p * a for p, a in zip(y, model.vecs[j], strict=True)),
+            reverse=True,
+        )
+        for j in by_use:
+            step = min(extra, released[j])
+            while step > 0:
+                released[j] -= step
+                trial = model.cover(model.residual(released), exact=False)
+                if len(trial) <= sum(released) + model.added:
+                    cover, extra = trial, extra - step
+                    step = min(extra, released[j])
+                else:
+                    released[j] += step
+                    step //= 2
+    # unchanged GPUs to use: leave idle, least useful first, those the demand can do without
+    made = [sum(model.bounds.patterns[p][i] for p in cover) for i in range(len(demand))]
+    kept_used = [n - v for n, v in zip(model.counts, released, strict=True)]
+    kept = [sum(vec[i] * u for vec, u in zip(model.vecs, kept_used, strict=True)) for i in range(len(demand))]
+    _, y = model.lp(demand)
+    for j in sorted(range(k), key=lambda j: sum(p * a for p, a in zip(y, model.vecs[j], strict=True))):
+        vec = model.vecs[j]
+        room = kept_used[j]
+        for i, a in enumerate(vec):
+            if a:
+                room = min(room, (kept[i] + made[i] - demand[i]) // a)
+        room = max(room, 0)
+        kept_used[j] -= room
+        for i, a in enumerate(vec):
+            kept[i] -= a * room
+    return released, kept_used, cover
+
+
+def _serves(after: Layout, demand: Mapping[str, int]) -> dict[str, int]:
+    return {name: count for name, count in after if name in demand}
+
+
+def repack_model(
+    gpu: Gpu, fleet: Sequence[FleetGpu], demand: Mapping[str, int], exact_choices: int = EXACT_CHOICES
+) -> ModelRepack:
+    """Meet ``demand`` (profile -> instances) on ``fleet`` (the GPUs of one model with their layouts now),
+    changing the fewest GPUs, then using the fewest; see the module docstring for the objective and the bound.
+
+    Fleets whose current layouts allow at most ``exact_choices`` choices of how many GPUs of each to change are
+    solved exactly; larger ones greedily (``proven`` says whether the result meets the lower bound)."""
+    if gpu.mig is None:
+        raise MigError(f"{gpu.name} ({gpu.architecture}) has no MIG")
+    for name, count in demand.items():
+        if gpu.mig.profile(name) is None:
+            raise MigError(unknown_profile(gpu, name, ()))
+        if count < 0:
+            raise MigError(f"{name}: a demand is at least 0, not {count}")
+    by_layout: dict[Layout, list[FleetGpu]] = {}
+    for g in fleet:
+        layout = as_layout(dict(g.layout), gpu.mig)
+        by_layout.setdefault(layout, []).append(g)
+    for layout in by_layout:
+        if layout and not (result := check(gpu, dict(layout))).fits:
+            raise MigError(f"a current layout does not fit one {gpu.name}: {result.reason}")
+    wanted_demand = {name: count for name, count in demand.items() if count > 0}
+    fresh = pack_model(gpu, wanted_demand)
+    added = max(0, fresh.gpus - len(fleet))
+    classes = [(layout, len(gpus)) for layout, gpus in by_layout.items()]
+    supply: Counter[str] = Counter()
+    for layout, n in classes:
+        for name, count in layout:
+            supply[name] += count * n
+    shortfall = {name: d - supply[name] for name, d in wanted_demand.items() if d > supply[name]}
+    surplus = {name: s - wanted_demand.get(name, 0) for name, s in supply.items() if s > wanted_demand.get(name, 0)}
+
+    patterns: list[Layout] = []
+    if not wanted_demand:  # nothing demanded: every GPU stays as it is, idle
+        released, kept_used, cover, lower, proven = [0] * len(classes), [0] * len(classes), [], 0, True
+    else:
+        model = _Model(gpu, classes, wanted_demand, added)
+        patterns = model.patterns_layouts
+        released, kept_used, cover = _greedy(model)
+        proven = False
+        if math.prod(n + 1 for n in model.counts) <= exact_choices:
+            found = _exact(model, sum(released))
+            assert found is not None  # the greedy result is feasible
+            released, kept_used, cover = found
+            proven = True
+        pairs = list(zip(model.vecs, model.counts, strict=True))
+        bound = changed_lower_bound([*model.fixed_prices(), *model.prices], pairs, model.demand, added)
+        lower = min(bound, sum(released))
+        proven = proven or sum(released) == lower
+
+    # GPUs: the first of each class in fleet order change (consecutive hosts), the next serve unchanged, the rest
+    # stay idle. Each released GPU gets the new layout keeping most of its instances; added GPUs get the rest.
+    remaining = Counter(patterns[p] for p in cover)
+    changes: list[GpuChange] = []
+    idle: list[FleetGpu] = []
+    unchanged_used = 0
+    regained: Counter[Layout] = Counter()
+    for (layout, gpus), v, u in zip(by_layout.items(), released, kept_used, strict=True):
+        own = dict(layout)
+        for g in gpus[:v]:
+            after = max(remaining, key=lambda lay: (sum(min(c, own.get(n, 0)) for n, c in lay), lay))
+            remaining[after] -= 1
+            if not remaining[after]:
+                del remaining[after]
+            if after == layout:  # given back its own layout: not a change after all
+                unchanged_used += 1
+                regained[layout] += 1
+            else:
+                changes.append(GpuChange(g.host, g.index, g.layout, after, _serves(after, wanted_demand)))
+        unchanged_used += u
+        idle.extend(gpus[v + u :])
+    additions = [
+        GpuChange(None, None, (), lay, _serves(lay, wanted_demand))
+        for lay in sorted(remaining.elements(), key=lambda lay: (-sum(c for _, c in lay), lay))
+    ]
+    made: Counter[str] = Counter()
+    for change in (*changes, *additions):
+        for name, count in change.after:
+            made[name] += count
+    for (layout, _), u in zip(classes, kept_used, strict=True):
+        for name, count in layout:
+            made[name] += count * (u + regained[layout])
+    spare = {name: made[name] - wanted_demand.get(name, 0) for name in made if made[name] > wanted_demand.get(name, 0)}
+    return ModelRepack(
+        gpu=gpu.name,
+        demand=wanted_demand,
+        fleet=len(fleet),
+        changes=changes,
+        additions=additions,
+        unchanged_used=unchanged_used,
+        idle=idle,
+        lower_bound=lower,
+        proven=proven,
+        shortfall=shortfall,
+        surplus=surplus,
+        spare=spare,
+    )
+
+
+def repack(
+    fleet: Sequence[tuple[Gpu, Sequence[FleetGpu]]], demand: Sequence[tuple[Gpu, Mapping[str, int]]]
+) -> FleetRepack:
+    """Repack every GPU model of the fleet or the demand (models never share a GPU): a model the demand omits
+    keeps its layouts, idle; a model the fleet lacks is all additions."""
+    gpus: dict[str, Gpu] = {}
+    current: dict[str, list[FleetGpu]] = {}
+    wanted: dict[str, Counter[str]] = {}
+    for gpu, members in fleet:
+        gpus[gpu.name] = gpu
+        current.setdefault(gpu.name, []).extend(members)
+    for gpu, counts in demand:
+        gpus[gpu.name] = gpu
+        wanted.setdefault(gpu.name, Counter()).update(counts)
+    return FleetRepack([repack_model(gpus[name], current.get(name, []), wanted.get(name, Counter())) for name in gpus])
+
+
+__all__ = ["FleetGpu", "FleetRepack", "GpuChange", "ModelRepack", "changed_lower_bound", "repack", "repack_model"]
