@@ -138,10 +138,16 @@ def mig_pack(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the mig-parted config here ('-': stdout).")
     ] = None,
+    current: Annotated[
+        Path | None,
+        typer.Option("--current", help="Fleet file (YAML): the GPUs and the layouts they have now; repack it."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Pack a fleet-wide demand onto the fewest GPUs (then the fewest distinct layouts), with the lower bound it
-    proved, and emit one mig-parted config per layout."""
+    proved, and emit one mig-parted config per layout. With --current, repack the fleet instead: meet the demand
+    changing the fewest GPUs (each needs a drain), then using the fewest; print which GPUs change and why, the
+    lower bound on changed GPUs, and the mig-parted config of the changed hosts."""
     import time
 
     from gpufleet import mig
@@ -156,6 +162,9 @@ def mig_pack(
             raise usage_error(f"--output {output}: directory {output.resolve().parent} does not exist")
     catalog = load_catalog()
     loaded = load_demand(demand, catalog)
+    if current is not None:
+        _repack(current, loaded, output, as_json)
+        return
     if not loaded.ok:
         if as_json:
             emit_json({"ok": False, "errors": [d.to_dict() for d in loaded.diagnostics]})
@@ -238,4 +247,159 @@ def _print_pack(result: Any, notes: dict[str, list[str]], seconds: float) -> Non
     out.print(
         f"fleet: {result.gpus} GPUs, lower bound {result.lower_bound}, gap {result.gap} ({pct:.2f}%),"
         f" {layouts} layouts, packed in {seconds * 1000:.0f} ms"
+    )
+
+
+SHOWN_CHANGES = 40  # changed GPUs listed per model in the human output; --json lists all
+
+
+def _write_config(config: dict[str, Any], output: Path) -> None:
+    """The mig-parted config to ``output`` ('-': stdout); exit 1 with one line when it cannot be written."""
+    from gpufleet.mig.outputs import dump_yaml
+
+    text = dump_yaml(config)
+    if str(output) == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text)
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot write {shown(output)}: {shown(exc.strerror)}")
+        raise typer.Exit(EXIT_INVALID) from None
+
+
+def _repack(current: Path, loaded: Any, output: Path | None, as_json: bool) -> None:
+    """``mig pack --current FLEET --demand DEMAND``: both files validated (every error at file:line), then the
+    repack, its figures, and the mig-parted config of the changed hosts."""
+    import time
+
+    from gpufleet.catalog import load_catalog
+    from gpufleet.mig.current import load_current
+    from gpufleet.mig.repack import repack, repack_config
+
+    fleet = load_current(current, load_catalog())
+    diagnostics = [*fleet.diagnostics, *loaded.diagnostics]
+    if diagnostics:
+        if as_json:
+            emit_json({"ok": False, "errors": [d.to_dict() for d in diagnostics]})
+        else:
+            print_diagnostics(err, diagnostics)
+        raise typer.Exit(EXIT_INVALID)
+    started = time.perf_counter()
+    result = repack([(m.gpu, m.gpus) for m in fleet.models], [(m.gpu, m.profiles) for m in loaded.models])
+    seconds = time.perf_counter() - started
+    gpus = {m.gpu.name: m.gpu for m in (*fleet.models, *loaded.models)}
+    config = repack_config(result, {m.gpu.name: m.gpus for m in fleet.models}, gpus)
+    if output is not None:
+        _write_config(config.config, output)
+    if as_json:
+        emit_json(_repack_json(result, config, seconds))
+    elif str(output) != "-":
+        _print_repack(result, config, {m.gpu.name: m.notes for m in loaded.models}, seconds)
+        if output is not None:
+            out.print(f"mig-parted config ({len(config.config['mig-configs'])} named configs) written to {output}")
+
+
+def _why(change: Any, shortfall: dict[str, int]) -> str:
+    """Which demand a changed or added GPU serves: the instances the fleet lacks, else what it makes room for."""
+    short = [f"{count} x {name}" for name, count in change.serves.items() if name in shortfall]
+    if short:
+        return "adds " + ", ".join(short) + " the fleet lacks"
+    return "re-creates " + ", ".join(f"{c} x {n}" for n, c in change.serves.items()) + " on a GPU the demand keeps"
+
+
+def _repack_json(result: Any, config: Any, seconds: float) -> dict[str, Any]:
+    """``mig pack --current --json``: the fleet's counts, per model every changed, added and idle GPU."""
+    models = []
+    for m in result.models:
+        models.append(
+            {
+                "gpu": m.gpu,
+                "demand": m.demand,
+                "fleet": m.fleet,
+                "changed": m.changed,
+                "unchanged": m.unchanged,
+                "unchanged_serving": m.unchanged_used,
+                "idle": len(m.idle),
+                "added": m.added,
+                "used": m.used,
+                "lower_bound": m.lower_bound,
+                "proven": m.proven,
+                "shortfall": m.shortfall,
+                "surplus": m.surplus,
+                "spare": m.spare,
+                "changes": [
+                    {
+                        "host": c.host,
+                        "index": c.index,
+                        "from": dict(c.before),
+                        "to": dict(c.after),
+                        "serves": c.serves,
+                        "why": _why(c, m.shortfall),
+                        "config": config.hosts[c.host],
+                    }
+                    for c in m.changes
+                ],
+                "additions": [
+                    {"to": dict(c.after), "serves": c.serves, "why": _why(c, m.shortfall)} for c in m.additions
+                ],
+                "idle_gpus": [{"host": g.host, "index": g.index} for g in m.idle],
+            }
+        )
+    return {
+        "ok": True,
+        "changed": result.changed,
+        "unchanged": result.unchanged,
+        "added": result.added,
+        "lower_bound": result.lower_bound,
+        "proven": result.proven,
+        "seconds": round(seconds, 4),
+        "models": models,
+        "hosts": config.hosts,
+        "mig_parted": config.config,
+    }
+
+
+def _print_repack(result: Any, config: Any, notes: dict[str, list[str]], seconds: float) -> None:
+    """Per GPU model its counts and bound, what the fleet lacks and has beyond the demand, each changed GPU
+    (host/index: from -> to, why), the additions; then the fleet's figures."""
+    from collections import Counter
+
+    from gpufleet import mig
+
+    def counts(c: dict[str, int]) -> str:
+        return ", ".join(f"{n} x {p}" for p, n in c.items()) or "nothing"
+
+    for m in result.models:
+        state = "optimal" if m.proven else "best found"
+        out.print(
+            f"[bold]{shown(m.gpu)}[/bold]: {m.fleet} GPUs, {m.changed} changed, {m.unchanged} unchanged"
+            f" ({m.unchanged_used} serving, {len(m.idle)} idle), {m.added} added;"
+            f" lower bound {m.lower_bound} changed ({state})"
+        )
+        for note in notes.get(m.gpu, []):
+            out.print(f"  {note}", markup=False)
+        out.print(
+            f"  the fleet as it is lacks {counts(m.shortfall)}; has beyond the demand {counts(m.surplus)}", markup=False
+        )
+        for c in m.changes[:SHOWN_CHANGES]:
+            before = mig.layout_str(c.before) or "no instances"
+            line = f"  change {c.host}/{c.index}: {before} -> {mig.layout_str(c.after)}  ({_why(c, m.shortfall)})"
+            out.print(line, markup=False)
+        if m.changed > SHOWN_CHANGES:
+            out.print(f"  ... and {m.changed - SHOWN_CHANGES} more changed GPUs (--json lists every one)", markup=False)
+        for layout, count in Counter(c.after for c in m.additions).items():
+            why = _why(next(c for c in m.additions if c.after == layout), m.shortfall)
+            out.print(f"  add {count} x GPU: {mig.layout_str(layout)}  ({why})", markup=False)
+        if m.idle:
+            out.print(f"  {len(m.idle)} GPU(s) the demand does not need stay as they are (idle)", markup=False)
+    labels = sorted(config.hosts.items())
+    for host, name in labels[:SHOWN_CHANGES]:
+        out.print(f"  label {host}: nvidia.com/mig.config={name}", markup=False)
+    if len(labels) > SHOWN_CHANGES:
+        out.print(f"  ... and {len(labels) - SHOWN_CHANGES} more hosts to label (--json: hosts)", markup=False)
+    state = "optimal" if result.proven else "best found"
+    out.print(
+        f"fleet: {result.changed} changed, {result.unchanged} unchanged, {result.added} added,"
+        f" lower bound {result.lower_bound} changed ({state}), repacked in {seconds * 1000:.0f} ms"
     )

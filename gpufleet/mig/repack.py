@@ -12,21 +12,28 @@ An unchanged GPU keeps its layout and contributes its current instances. GPUs th
 **left as they are** (never emptied: emptying one would be a change, that is a drain, for nothing); they are
 reported as idle, with their instances as spare capacity. A changed GPU always serves the demand.
 
-Lower bound on the changed GPUs (:func:`changed_lower_bound`). Take prices ``y >= 0`` on the demanded profiles
-under which no layout of the model is worth more than one GPU (``y.P <= 1`` for every layout P: the dual of the
-covering LP, memory slices / the GPU's memory slices, compute slices / its compute slices, 1 / max count of one
-profile). Let ``s`` be the demanded instances the whole fleet has now and ``d`` the demand. If the set R of
-GPUs changes (and A are added), the new layouts must cover what the unchanged GPUs leave uncovered, so
-``|R| + A >= y.(d - s + sum of L_g over g in R)``, i.e. ``sum over R of (1 - y.L_g) >= y.(d - s) - A``: each
-changed GPU brings at most its *slack* ``1 - y.L_g`` (what its current layout wastes under y). Hence at least as
-many GPUs change as it takes, taking the largest slacks first, to reach ``y.(d - s) - A``; the bound is the
-largest such count over the prices tried.
+Lower bound on the changed GPUs, the larger of two arguments:
+
+- *The LP relaxation* (:func:`_capacity_lp`). Let ``s`` be the demanded instances the whole fleet has now, ``d``
+  the demand, ``n_L`` the GPUs with current layout L, and A the GPUs added. Any repack releases ``v_L`` GPUs of
+  each layout and gives ``x_P`` GPUs the new layout P (maximal layouts suffice: a smaller one is covered by one),
+  so that ``sum_P x_P P - sum_L v_L L >= d - s`` (the new layouts make up for what was missing and for what the
+  changed GPUs took away) and ``sum(x) <= sum(v) + A`` (each new layout needs a changed or an added GPU). The
+  changed GPUs are ``sum(v) >= sum(x) - A``, so the LP optimum of ``min sum(x)`` over reals, minus A, rounded
+  up, is a lower bound.
+- *Slack* (:func:`changed_lower_bound`). Take prices ``y >= 0`` on the demanded profiles under which no layout
+  is worth more than one GPU (``y.P <= 1``: slice shares, one profile at its max count, the covering LP's
+  duals). The new layouts must cover what the unchanged GPUs leave uncovered, so for the set R of changed GPUs
+  ``|R| + A >= y.(d - s + sum over R of L_g)``, i.e. ``sum over R of (1 - y.L_g) >= y.(d - s) - A``: each changed
+  GPU brings at most its slack ``1 - y.L_g``. At least as many GPUs change as it takes, largest slacks first, to
+  reach ``y.(d - s) - A``.
 
 The search: small fleets (few distinct current layouts) are solved exactly (every number of GPUs to change per
 current layout, in increasing total, each tested with an exact cover of what is left; then every choice of the
-unchanged GPUs to use, fewest first). Larger ones release GPUs greedily, by the LP prices, from the current
-layouts whose instances the new demand values least, until the instances left uncovered fit on the released
-GPUs; the result says whether it meets the bound (then it is optimal in changed GPUs).
+unchanged GPUs to use, fewest first). Larger ones release what the LP relaxation releases, rounded up, then one
+GPU at a time (best value under the LP prices first) until what is left uncovered fits on the released and added
+GPUs, then give back the released GPUs the new layouts do not need; ``proven`` says whether the result meets
+the bound (then no repack changes fewer GPUs).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import math
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpufleet.catalog import Gpu
 from gpufleet.mig.layouts import maximal_layouts
@@ -42,7 +50,7 @@ from gpufleet.mig.packing import _Bounds, _greedy_cover, _min_gpus, _rounded_cov
 from gpufleet.mig.placement import Layout, MigError, as_layout, check, unknown_profile
 
 # Fleets whose current layouts allow at most this many "how many to change per layout" vectors are solved exactly.
-EXACT_CHOICES = 4096
+EXACT_CHOICES = 1024
 EPS = 1e-7
 
 
@@ -185,6 +193,7 @@ class _Model:
         self.bounds = _Bounds(patterns)
         self.order = sorted(range(len(self.wanted)), key=lambda i: -gpu.mig.by_name[self.wanted[i]].memory_slices)
         self.prices: list[list[float]] = []
+        self.lp_bound = 0  # changed GPUs the capacity LP proves (set by the greedy)
         self._covers: dict[Vec, list[int]] = {}
 
     def residual(self, released: Sequence[int], kept_only: Sequence[int] | None = None) -> Vec:
@@ -250,13 +259,11 @@ def _compositions(total: int, caps: Sequence[int]) -> Iterator[tuple[int, ...]]:
 
 
 def _exact(model: _Model, upper: int) -> tuple[list[int], list[int], list[int]] | None:
-    """Fewest changed GPUs, then fewest used: (released per class, kept-and-used per class, cover) or None when
-    nothing below ``upper`` changes exists... (``upper`` is a known feasible count)."""
-    lower = changed_lower_bound(
-        [*model.fixed_prices(), *model.prices],
-        list(zip(model.vecs, model.counts, strict=True)),
-        model.demand,
-        model.added,
+    """Fewest changed GPUs, then fewest used: (released per class, kept-and-used per class, cover), searched from
+    the lower bound up to ``upper`` (a feasible count); None if nothing up to ``upper`` fits."""
+    pairs = list(zip(model.vecs, model.counts, strict=True))
+    lower = max(
+        changed_lower_bound([*model.fixed_prices(), *model.prices], pairs, model.demand, model.added), model.lp_bound
     )
     for c in range(min(lower, upper), upper + 1):
         feasible = [
@@ -286,6 +293,76 @@ def _exact(model: _Model, upper: int) -> tuple[list[int], list[int], list[int]] 
         assert best is not None  # a feasible v keeps all its unchanged GPUs in use at worst
         return best[1], best[2], best[3]
     return None
+
+
+def _simplex_max(
+    rows: Sequence[Sequence[float]], rhs: Sequence[float], gain: Sequence[float]
+) -> tuple[float, list[float]]:
+    """max gain.u s.t. rows.u <= rhs, u >= 0, with rhs >= 0 (the origin is feasible), by the simplex method with
+    Bland's rule from the slack basis. Returns the optimum and, per row, its dual value (the reduced cost of the
+    row's slack): the solution of the minimisation this LP is the dual of."""
+    m, n = len(rows), len(gain)
+    tab = [
+        [*map(float, row), *(1.0 if c == r else 0.0 for c in range(m)), float(b)]
+        for r, (row, b) in enumerate(zip(rows, rhs, strict=True))
+    ]
+    obj = [-float(g) for g in gain] + [0.0] * m + [0.0]
+    basis = [n + r for r in range(m)]
+    while True:
+        col = next((c for c in range(n + m) if obj[c] < -1e-9), None)
+        if col is None:
+            break
+        best_row, best_ratio = None, math.inf
+        for r in range(m):
+            a = tab[r][col]
+            if a > 1e-9:
+                ratio = tab[r][-1] / a
+                tie = best_row is not None and abs(ratio - best_ratio) <= 1e-9 and basis[r] < basis[best_row]
+                if ratio < best_ratio - 1e-9 or tie:
+                    best_row, best_ratio = r, ratio
+        if best_row is None:
+            raise MigError("internal: the repack LP is unbounded (its primal has no solution)")
+        pivot = tab[best_row]
+        pv = pivot[col]
+        pivot[:] = [v / pv for v in pivot]
+        nz = [c for c, v in enumerate(pivot) if v != 0.0]
+        for r in range(m):
+            f = tab[r][col]
+            if r != best_row and f != 0.0:
+                row = tab[r]
+                for c in nz:
+                    row[c] -= f * pivot[c]
+        f = obj[col]
+        for c in nz:
+            obj[c] -= f * pivot[c]
+        basis[best_row] = col
+    return obj[-1], [max(obj[n + r], 0.0) for r in range(m)]
+
+
+def _capacity_lp(model: _Model) -> tuple[float, list[float]]:
+    """The LP relaxation of the repack: min sum(x) over new layouts x_P >= 0 and released GPUs 0 <= v_L <= n_L
+    with sum_P x_P P - sum_L v_L L >= d - s (the new layouts cover what the changed GPUs took away and what was
+    missing) and sum(x) <= sum(v) + A (a new layout needs a changed or an added GPU). Its optimum minus A bounds
+    the changed GPUs from below. Solved as its dual, a packing LP: max y.(d - s) - A z - n.w subject to
+    y.P - z <= 1 and z - y.L - w_L <= 0. Returns the optimum and the fractional v."""
+    patterns = model.bounds.patterns
+    m, k = len(model.demand), len(model.counts)
+    supply = [sum(vec[i] * n for vec, n in zip(model.vecs, model.counts, strict=True)) for i in range(m)]
+    rows: list[list[float]] = []
+    rhs: list[float] = []
+    for pattern in patterns:
+        rows.append([*pattern, -1.0, *([0.0] * k)])
+        rhs.append(1.0)
+    for j, vec in enumerate(model.vecs):
+        rows.append([*(-a for a in vec), 1.0, *(-1.0 if c == j else 0.0 for c in range(k))])
+        rhs.append(0.0)
+    gain = (
+        [d - s for d, s in zip(model.demand, supply, strict=True)]
+        + [-float(model.added)]
+        + [-float(n) for n in model.counts]
+    )
+    value, duals = _simplex_max(rows, rhs, gain)
+    return value, duals[len(patterns) :]
 
 
 def _greedy(model: _Model) -> tuple[list[int], list[int], list[int]]:
@@ -331,18 +408,10 @@ def _greedy(model: _Model) -> tuple[list[int], list[int], list[int]]:
             return None
         return -best[2], max(best[3], 1)
 
-    # release by LP prices until the fractional need fits
-    while True:
-        r = model.residual(released)
-        value, y = model.lp(r)
-        room = sum(released) + model.added
-        if value <= room + EPS:
-            break
-        choice = best_class(y, supply())
-        if choice is None:
-            break
-        j, run = choice
-        released[j] += min(run, max(1, math.ceil(value - room)))
+    # release what the LP relaxation releases, rounded up
+    lp_value, fractional = _capacity_lp(model)
+    model.lp_bound = max(0, math.ceil(lp_value - EPS) - model.added)
+    released = [min(n, math.ceil(v - EPS)) for n, v in zip(model.counts, fractional, strict=True)]
     # the integer cover: release one by one while it does not fit
     while len(cover := model.cover(model.residual(released), exact=False)) > sum(released) + model.added:
         _, y = model.lp(model.residual(released))
@@ -439,7 +508,9 @@ def repack_model(
             released, kept_used, cover = found
             proven = True
         pairs = list(zip(model.vecs, model.counts, strict=True))
-        bound = changed_lower_bound([*model.fixed_prices(), *model.prices], pairs, model.demand, added)
+        bound = max(
+            changed_lower_bound([*model.fixed_prices(), *model.prices], pairs, model.demand, added), model.lp_bound
+        )
         lower = min(bound, sum(released))
         proven = proven or sum(released) == lower
 
@@ -509,4 +580,62 @@ def repack(
     return FleetRepack([repack_model(gpus[name], current.get(name, []), wanted.get(name, Counter())) for name in gpus])
 
 
-__all__ = ["FleetGpu", "FleetRepack", "GpuChange", "ModelRepack", "changed_lower_bound", "repack", "repack_model"]
+@dataclass(frozen=True)
+class RepackConfig:
+    """A mig-parted config for a repack: one named config per distinct new host layout."""
+
+    config: dict[str, Any]
+    hosts: dict[str, str]  # changed host -> the name of its config (the nvidia.com/mig.config label value)
+    additions: dict[str, int]  # config for added GPUs -> how many GPUs take it
+
+
+def repack_config(
+    result: FleetRepack, fleet: Mapping[str, Sequence[FleetGpu]], gpus: Mapping[str, Gpu]
+) -> RepackConfig:
+    """The mig-parted ``v1`` config of a repack. Each host with a changed GPU gets a config listing every GPU of
+    the host: the changed ones with their new layouts, the others with the layout they have (``mig-devices: {}``
+    for none); hosts with the same layouts share it (``<model>-repack-<n>``). Added GPUs get one config per layout
+    for all their GPUs (``<model>-add-<n>``). ``all-disabled`` is always present."""
+    from gpufleet.mig.outputs import disabled_entries
+
+    configs: dict[str, Any] = {"all-disabled": disabled_entries()}
+    hosts: dict[str, str] = {}
+    additions: dict[str, int] = {}
+    for model in result.models:
+        gpu = gpus[model.gpu]
+        new = {(c.host, c.index): c.after for c in model.changes}
+        changed_hosts = {c.host for c in model.changes}
+        per_host: dict[str, dict[int, Layout]] = {}
+        for g in fleet.get(model.gpu, ()):
+            if g.host in changed_hosts:
+                per_host.setdefault(g.host, {})[g.index] = new.get((g.host, g.index), g.layout)
+        names: dict[tuple[tuple[int, Layout], ...], str] = {}
+        for host, layouts in per_host.items():
+            key = tuple(sorted(layouts.items()))
+            if key not in names:
+                names[key] = f"{model.gpu.lower()}-repack-{len(names) + 1}"
+                groups: dict[Layout, list[int]] = {}
+                for index, layout in key:
+                    groups.setdefault(layout, []).append(index)
+                configs[names[key]] = [
+                    {
+                        "device-filter": list(gpu.mig_device_filters),
+                        "devices": indices,
+                        "mig-enabled": True,
+                        "mig-devices": dict(layout),
+                    }
+                    for layout, indices in groups.items()
+                ]
+            hosts[host] = names[key]
+        for i, (layout, count) in enumerate(Counter(c.after for c in model.additions).most_common(), start=1):
+            name = f"{model.gpu.lower()}-add-{i}"
+            configs[name] = [
+                {
+                    "device-filter": list(gpu.mig_device_filters),
+                    "devices": "all",
+                    "mig-enabled": True,
+                    "mig-devices": dict(layout),
+                }
+            ]
+            additions[name] = count
+    return RepackConfig({"version": "v1", "mig-configs": configs}, hosts, additions)
