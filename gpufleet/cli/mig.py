@@ -401,5 +401,6 @@ def _print_repack(result: Any, config: Any, notes: dict[str, list[str]], seconds
     state = "optimal" if result.proven else "best found"
     out.print(
         f"fleet: {result.changed} changed, {result.unchanged} unchanged, {result.added} added,"
-        f" lower bound {result.lower_bound} changed ({state}), repacked in {seconds * 1000:.0f} ms"
+        f" lower bound {result.lower_bound} changed ({state})"
     )
+    out.print(f"[dim]repacked in {seconds * 1000:.0f} ms[/dim]")
