@@ -365,86 +365,65 @@ def _capacity_lp(model: _Model) -> tuple[float, list[float]]:
     return value, duals[len(patterns) :]
 
 
-def _greedy(model: _Model) -> tuple[list[int], list[int], list[int]]:
-    """Release GPUs, best LP value first, until what is left uncovered fits on the released (and added) GPUs;
-    then give back to their old layouts the released GPUs the cover does not need, and leave idle the unchanged
-    GPUs whose instances are not needed."""
-    k = len(model.counts)
-    released = [0] * k
-    demand = model.demand
-
-    def supply() -> list[int]:
-        return [
-            sum(vec[i] * (n - v) for vec, n, v in zip(model.vecs, model.counts, released, strict=True))
-            for i in range(len(demand))
-        ]
-
-    def best_class(y: Sequence[float], kept: Sequence[int]) -> tuple[int, int] | None:
-        """The class whose next released GPU brings the most (1 - y.(new shortfall)), and how many of its GPUs
-        bring as much."""
-        best: tuple[float, float, int, int] | None = None
-        for j in range(k):
-            if released[j] >= model.counts[j]:
-                continue
-            vec = model.vecs[j]
-            loss = 0.0
-            run = model.counts[j] - released[j]
-            for i, a in enumerate(vec):
-                if not a:
-                    continue
-                extra = kept[i] - demand[i]  # instances of profile i beyond the demand
-                if extra >= a:
-                    run = min(run, extra // a)
-                else:
-                    loss += y[i] * (a - max(extra, 0))
-                    if extra > 0:
-                        run = 1
-            gain = 1.0 - loss
-            slack = 1.0 - sum(p * a for p, a in zip(y, vec, strict=True))
-            key = (gain, slack, -j, run)
-            if best is None or key[:3] > best[:3]:
-                best = key
-        if best is None:
-            return None
-        return -best[2], max(best[3], 1)
-
-    # release what the LP relaxation releases, rounded up
-    lp_value, fractional = _capacity_lp(model)
-    model.lp_bound = max(0, math.ceil(lp_value - EPS) - model.added)
-    released = [min(n, math.ceil(v - EPS)) for n, v in zip(model.counts, fractional, strict=True)]
-    # the integer cover: release one by one while it does not fit
-    while len(cover := model.cover(model.residual(released), exact=False)) > sum(released) + model.added:
-        _, y = model.lp(model.residual(released))
-        choice = best_class(y, supply())
-        if choice is None:  # every GPU released: the fresh packing fits (it set the GPUs added), so never here
-            raise MigError(f"internal: no repack of {model.gpu.name} found; report this with the input files")
-        released[choice[0]] += 1
-    # give back released GPUs the cover does not need, most useful now first (halving when a batch is too many)
-    extra = sum(released) + model.added - len(cover)
-    if extra > 0:
-        _, y = model.lp(demand)
-        by_use = sorted(
-            (j for j in range(k) if released[j]),
-            key=lambda j: sum(p * a for p, a in zip(y, model.vecs[j], strict=True)),
-            reverse=True,
+def _next_release(model: _Model, released: Sequence[int], y: Sequence[float]) -> int | None:
+    """The current layout whose next released GPU brings the most: ``1 - y.(what the demand loses with it)``, the
+    largest slack ``1 - y.L`` among equals. None when every GPU is released."""
+    kept = [
+        sum(vec[i] * (n - v) for vec, n, v in zip(model.vecs, model.counts, released, strict=True))
+        for i in range(len(model.demand))
+    ]
+    best: tuple[float, float, int] | None = None
+    for j, vec in enumerate(model.vecs):
+        if released[j] >= model.counts[j]:
+            continue
+        # instances beyond the demand are lost for free; the others cost their price
+        loss = sum(
+            y[i] * (a - max(kept[i] - d, 0))
+            for i, (a, d) in enumerate(zip(vec, model.demand, strict=True))
+            if a > kept[i] - d
         )
-        for j in by_use:
-            step = min(extra, released[j])
-            while step > 0:
-                released[j] -= step
-                trial = model.cover(model.residual(released), exact=False)
-                if len(trial) <= sum(released) + model.added:
-                    cover, extra = trial, extra - step
-                    step = min(extra, released[j])
-                else:
-                    released[j] += step
-                    step //= 2
-    # unchanged GPUs to use: leave idle, least useful first, those the demand can do without
+        slack = 1.0 - sum(p * a for p, a in zip(y, vec, strict=True))
+        key = (1.0 - loss, slack, -j)
+        if best is None or key > best:
+            best = key
+    return None if best is None else -best[2]
+
+
+def _give_back(model: _Model, released: list[int], cover: list[int]) -> list[int]:
+    """Un-release the released GPUs the cover does not need, the most useful under the LP prices first (in
+    batches, halved when a batch leaves too little room); returns the cover of what is left uncovered."""
+    extra = sum(released) + model.added - len(cover)
+    if extra <= 0:
+        return cover
+    _, y = model.lp(model.demand)
+    by_use = sorted(
+        (j for j in range(len(released)) if released[j]),
+        key=lambda j: sum(p * a for p, a in zip(y, model.vecs[j], strict=True)),
+        reverse=True,
+    )
+    for j in by_use:
+        step = min(extra, released[j])
+        while step > 0:
+            released[j] -= step
+            trial = model.cover(model.residual(released), exact=False)
+            if len(trial) <= sum(released) + model.added:
+                cover, extra = trial, extra - step
+                step = min(extra, released[j])
+            else:
+                released[j] += step
+                step //= 2
+    return cover
+
+
+def _leave_idle(model: _Model, released: Sequence[int], cover: Sequence[int]) -> list[int]:
+    """Unchanged GPUs that serve, per current layout: the others, least useful under the LP prices first, are
+    left idle as long as the demand stays covered."""
+    demand = model.demand
     made = [sum(model.bounds.patterns[p][i] for p in cover) for i in range(len(demand))]
     kept_used = [n - v for n, v in zip(model.counts, released, strict=True)]
     kept = [sum(vec[i] * u for vec, u in zip(model.vecs, kept_used, strict=True)) for i in range(len(demand))]
     _, y = model.lp(demand)
-    for j in sorted(range(k), key=lambda j: sum(p * a for p, a in zip(y, model.vecs[j], strict=True))):
+    for j in sorted(range(len(kept_used)), key=lambda j: sum(p * a for p, a in zip(y, model.vecs[j], strict=True))):
         vec = model.vecs[j]
         room = kept_used[j]
         for i, a in enumerate(vec):
@@ -454,11 +433,68 @@ def _greedy(model: _Model) -> tuple[list[int], list[int], list[int]]:
         kept_used[j] -= room
         for i, a in enumerate(vec):
             kept[i] -= a * room
-    return released, kept_used, cover
+    return kept_used
+
+
+def _greedy(model: _Model) -> tuple[list[int], list[int], list[int]]:
+    """Release what the LP relaxation releases, rounded up; then one GPU at a time while what is left uncovered
+    does not fit on the released (and added) GPUs; give back the released GPUs the cover does not need, and
+    leave idle the unchanged GPUs whose instances are not needed. Returns (released, kept and used, cover)."""
+    lp_value, fractional = _capacity_lp(model)
+    model.lp_bound = max(0, math.ceil(lp_value - EPS) - model.added)
+    released = [min(n, math.ceil(v - EPS)) for n, v in zip(model.counts, fractional, strict=True)]
+    while len(cover := model.cover(model.residual(released), exact=False)) > sum(released) + model.added:
+        _, y = model.lp(model.residual(released))
+        j = _next_release(model, released, y)
+        if j is None:  # every GPU released: the fresh packing fits (it set the GPUs added), so never here
+            raise MigError(f"internal: no repack of {model.gpu.name} found; report this with the input files")
+        released[j] += 1
+    cover = _give_back(model, released, cover)
+    return released, _leave_idle(model, released, cover), cover
 
 
 def _serves(after: Layout, demand: Mapping[str, int]) -> dict[str, int]:
     return {name: count for name, count in after if name in demand}
+
+
+def _assign(
+    by_layout: Sequence[tuple[Layout, Sequence[FleetGpu]]],
+    released: Sequence[int],
+    kept_used: Sequence[int],
+    new_layouts: Sequence[Layout],
+    demand: Mapping[str, int],
+) -> tuple[list[GpuChange], list[GpuChange], int, list[FleetGpu], Counter[str]]:
+    """Which GPUs: of each current layout, the first in fleet order change (consecutive hosts, so few drains per
+    host), the next serve unchanged, the rest stay idle. Each changed GPU gets the new layout keeping most of its
+    instances (its own layout back means no change after all); added GPUs get the rest. Returns (changes,
+    additions, unchanged GPUs serving, idle GPUs, instances made)."""
+    remaining = Counter(new_layouts)
+    changes: list[GpuChange] = []
+    idle: list[FleetGpu] = []
+    serving = 0
+    made: Counter[str] = Counter()
+    for (layout, gpus), v, u in zip(by_layout, released, kept_used, strict=True):
+        own = dict(layout)
+        for g in gpus[:v]:
+            after = max(remaining, key=lambda lay: (sum(min(c, own.get(n, 0)) for n, c in lay), lay))
+            remaining[after] -= 1
+            if not remaining[after]:
+                del remaining[after]
+            if after == layout:
+                serving += 1
+            else:
+                changes.append(GpuChange(g.host, g.index, g.layout, after, _serves(after, demand)))
+            made.update(dict(after))
+        serving += u
+        made.update({name: count * u for name, count in layout})
+        idle.extend(gpus[v + u :])
+    additions = [
+        GpuChange(None, None, (), lay, _serves(lay, demand))
+        for lay in sorted(remaining.elements(), key=lambda lay: (-sum(c for _, c in lay), lay))
+    ]
+    for change in additions:
+        made.update(dict(change.after))
+    return changes, additions, serving, idle, made
 
 
 def repack_model(
@@ -496,56 +532,24 @@ def repack_model(
 
     patterns: list[Layout] = []
     if not wanted_demand:  # nothing demanded: every GPU stays as it is, idle
-        released, kept_used, cover, lower, proven = [0] * len(classes), [0] * len(classes), [], 0, True
+        released, kept_used, cover, bound, proven = [0] * len(classes), [0] * len(classes), [], 0, True
     else:
         model = _Model(gpu, classes, wanted_demand, added)
         patterns = model.patterns_layouts
         released, kept_used, cover = _greedy(model)
-        proven = False
-        if math.prod(n + 1 for n in model.counts) <= exact_choices:
+        proven = math.prod(n + 1 for n in model.counts) <= exact_choices
+        if proven:
             found = _exact(model, sum(released))
             assert found is not None  # the greedy result is feasible
             released, kept_used, cover = found
-            proven = True
         pairs = list(zip(model.vecs, model.counts, strict=True))
         bound = max(
             changed_lower_bound([*model.fixed_prices(), *model.prices], pairs, model.demand, added), model.lp_bound
         )
-        lower = min(bound, sum(released))
-        proven = proven or sum(released) == lower
-
-    # GPUs: the first of each class in fleet order change (consecutive hosts), the next serve unchanged, the rest
-    # stay idle. Each released GPU gets the new layout keeping most of its instances; added GPUs get the rest.
-    remaining = Counter(patterns[p] for p in cover)
-    changes: list[GpuChange] = []
-    idle: list[FleetGpu] = []
-    unchanged_used = 0
-    regained: Counter[Layout] = Counter()
-    for (layout, gpus), v, u in zip(by_layout.items(), released, kept_used, strict=True):
-        own = dict(layout)
-        for g in gpus[:v]:
-            after = max(remaining, key=lambda lay: (sum(min(c, own.get(n, 0)) for n, c in lay), lay))
-            remaining[after] -= 1
-            if not remaining[after]:
-                del remaining[after]
-            if after == layout:  # given back its own layout: not a change after all
-                unchanged_used += 1
-                regained[layout] += 1
-            else:
-                changes.append(GpuChange(g.host, g.index, g.layout, after, _serves(after, wanted_demand)))
-        unchanged_used += u
-        idle.extend(gpus[v + u :])
-    additions = [
-        GpuChange(None, None, (), lay, _serves(lay, wanted_demand))
-        for lay in sorted(remaining.elements(), key=lambda lay: (-sum(c for _, c in lay), lay))
-    ]
-    made: Counter[str] = Counter()
-    for change in (*changes, *additions):
-        for name, count in change.after:
-            made[name] += count
-    for (layout, _), u in zip(classes, kept_used, strict=True):
-        for name, count in layout:
-            made[name] += count * (u + regained[layout])
+    changes, additions, unchanged_used, idle, made = _assign(
+        list(by_layout.items()), released, kept_used, [patterns[p] for p in cover], wanted_demand
+    )
+    lower = bound
     spare = {name: made[name] - wanted_demand.get(name, 0) for name in made if made[name] > wanted_demand.get(name, 0)}
     return ModelRepack(
         gpu=gpu.name,
@@ -556,7 +560,7 @@ def repack_model(
         unchanged_used=unchanged_used,
         idle=idle,
         lower_bound=lower,
-        proven=proven,
+        proven=proven or len(changes) == lower,
         shortfall=shortfall,
         surplus=surplus,
         spare=spare,
