@@ -28,7 +28,8 @@ Lower bound on the changed GPUs, the larger of two arguments:
   GPU brings at most its slack ``1 - y.L_g``. At least as many GPUs change as it takes, largest slacks first, to
   reach ``y.(d - s) - A``.
 
-The search: small fleets (few distinct current layouts) are solved exactly (every number of GPUs to change per
+The search: small problems (few choices of how many GPUs of each current layout to change, a demand that fits
+on fewer than 64 GPUs) are solved exactly (every number of GPUs to change per
 current layout, in increasing total, each tested with an exact cover of what is left; then every choice of the
 unchanged GPUs to use, fewest first). Larger ones release what the LP relaxation releases, rounded up, then one
 GPU at a time (best value under the LP prices first) until what is left uncovered fits on the released and added
@@ -51,6 +52,7 @@ from gpufleet.mig.placement import Layout, MigError, as_layout, check, unknown_p
 
 # Fleets whose current layouts allow at most this many "how many to change per layout" vectors are solved exactly.
 EXACT_CHOICES = 1024
+EXACT_BELOW_GPUS = 64  # ... and whose demand fits on fewer GPUs than this (covers stay small)
 EPS = 1e-7
 
 
@@ -193,8 +195,9 @@ class _Model:
         self.bounds = _Bounds(patterns)
         self.order = sorted(range(len(self.wanted)), key=lambda i: -gpu.mig.by_name[self.wanted[i]].memory_slices)
         self.prices: list[list[float]] = []
+        self._seen_prices: set[tuple[float, ...]] = set()
         self.lp_bound = 0  # changed GPUs the capacity LP proves (set by the greedy)
-        self._covers: dict[Vec, list[int]] = {}
+        self._covers: dict[tuple[Vec, bool], list[int]] = {}
 
     def residual(self, released: Sequence[int], kept_only: Sequence[int] | None = None) -> Vec:
         """The demand the unchanged GPUs leave uncovered when ``released[k]`` GPUs of each class change (or, with
@@ -211,25 +214,32 @@ class _Model:
             return 0.0, [0.0] * len(r)
         value, _ = self.bounds.lp(r)
         y = self.bounds.duals[0]
-        self.prices.append(list(y))
+        self._keep_prices(y)
         return value, y
+
+    def _keep_prices(self, y: Sequence[float]) -> None:
+        """Keep a dual solution for the slack bound (each distinct one once)."""
+        key = tuple(round(v, 9) for v in y)
+        if key not in self._seen_prices:
+            self._seen_prices.add(key)
+            self.prices.append(list(y))
 
     def cover(self, r: Vec, exact: bool) -> list[int]:
         """Patterns covering ``r``: the fewest (exact), or the LP solution rounded down plus an exact cover of the
         rest (within a few GPUs of the LP bound) above 64 GPUs."""
         if not any(r):
             return []
-        if r in self._covers:
-            return self._covers[r]
+        if (r, exact) in self._covers:
+            return self._covers[r, exact]
         patterns = self.bounds.patterns
         value, x = self.bounds.lp(r)
-        self.prices.append(list(self.bounds.duals[0]))
+        self._keep_prices(self.bounds.duals[0])
         rounded, rest = _rounded_cover(patterns, r, x)
         if any(rest):
             rounded += _min_gpus(self.bounds, rest, self.order, _greedy_cover(patterns, rest))
         if exact or math.ceil(value - EPS) < 64:
             rounded = _min_gpus(self.bounds, r, self.order, rounded)
-        self._covers[r] = rounded
+        self._covers[r, exact] = rounded
         return rounded
 
     def fixed_prices(self) -> list[list[float]]:
@@ -503,8 +513,9 @@ def repack_model(
     """Meet ``demand`` (profile -> instances) on ``fleet`` (the GPUs of one model with their layouts now),
     changing the fewest GPUs, then using the fewest; see the module docstring for the objective and the bound.
 
-    Fleets whose current layouts allow at most ``exact_choices`` choices of how many GPUs of each to change are
-    solved exactly; larger ones greedily (``proven`` says whether the result meets the lower bound)."""
+    Fleets whose current layouts allow at most ``exact_choices`` choices of how many GPUs of each to change, with
+    a demand that fits on fewer than ``EXACT_BELOW_GPUS`` GPUs, are solved exactly; others greedily (``proven``
+    says whether the result meets the lower bound)."""
     if gpu.mig is None:
         raise MigError(f"{gpu.name} ({gpu.architecture}) has no MIG")
     for name, count in demand.items():
@@ -537,7 +548,8 @@ def repack_model(
         model = _Model(gpu, classes, wanted_demand, added)
         patterns = model.patterns_layouts
         released, kept_used, cover = _greedy(model)
-        proven = math.prod(n + 1 for n in model.counts) <= exact_choices
+        # exact when the choices are few and every cover is small enough for an exact branch and bound (as in pack)
+        proven = math.prod(n + 1 for n in model.counts) <= exact_choices and fresh.gpus < EXACT_BELOW_GPUS
         if proven:
             found = _exact(model, sum(released))
             assert found is not None  # the greedy result is feasible
