@@ -29,12 +29,13 @@ Lower bound on the changed GPUs, the larger of two arguments:
   reach ``y.(d - s) - A``.
 
 The search: small problems (few choices of how many GPUs of each current layout to change, a demand that fits
-on fewer than 64 GPUs) are solved exactly (every number of GPUs to change per
-current layout, in increasing total, each tested with an exact cover of what is left; then every choice of the
-unchanged GPUs to use, fewest first). Larger ones release what the LP relaxation releases, rounded up, then one
-GPU at a time (best value under the LP prices first) until what is left uncovered fits on the released and added
-GPUs, then give back the released GPUs the new layouts do not need; ``proven`` says whether the result meets
-the bound (then no repack changes fewer GPUs).
+on fewer than 64 GPUs) are solved exactly: every number of GPUs to change per current layout, in increasing
+total, each tested with an exact cover of what is left; then every choice of the unchanged GPUs to use, fewest
+first. Larger ones release what the LP relaxation releases, rounded up, then one GPU at a time (best value under
+the LP prices first) until what is left uncovered fits on the released and added GPUs, then give back the
+released GPUs the new layouts do not need; ``proven`` says whether the result meets the bound (then no repack
+changes fewer GPUs). There the GPUs used (the third criterion) are a greedy's: unchanged GPUs are left idle,
+least useful first, while the demand stays covered.
 """
 
 from __future__ import annotations
