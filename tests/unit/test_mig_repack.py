@@ -192,7 +192,7 @@ def test_repack_refuses_layouts_that_do_not_fit_and_unknown_profiles():
         repack_model(H100, [], {"1g.5gb": 1})
 
 
-def test_a_5_percent_demand_change_on_a_500_gpu_fleet_stays_at_the_lower_bound():
+def test_a_5_percent_demand_change_on_a_621_gpu_fleet_stays_within_1_percent_of_the_bound():
     """The large-fleet path on a fleet packed for one demand, then each profile's demand moved by 5%."""
     rng = random.Random(11)
     old = {p.name: rng.randint(20, 400) for p in H100.mig.profiles}
