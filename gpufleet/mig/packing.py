@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpufleet.catalog import Gpu
+from gpufleet.catalog import Gpu, MigGeometry
 from gpufleet.mig.layouts import maximal_layouts
 from gpufleet.mig.placement import Layout, MigError, unknown_profile
 
@@ -57,7 +57,7 @@ def _lp_min_cover(patterns: Sequence[Sequence[int]], demand: Sequence[int]) -> t
     return obj[-1], x, y
 
 
-class _Bounds:
+class CoverBounds:
     """Lower bounds on the GPUs covering a (sub-)demand.
 
     Every dual solution y of the covering LP satisfies patterns[j].y <= 1 whatever the demand, so d.y bounds the
@@ -89,7 +89,7 @@ class _Bounds:
         return math.ceil(value - 1e-7)
 
 
-def _rounded_cover(
+def rounded_cover(
     patterns: Sequence[Sequence[int]], demand: Sequence[int], x: Sequence[float]
 ) -> tuple[list[int], tuple[int, ...]]:
     """The LP solution rounded down, and the demand it leaves uncovered."""
@@ -99,7 +99,7 @@ def _rounded_cover(
     return chosen, tuple(max(d - c, 0) for d, c in zip(demand, covered, strict=True))
 
 
-def _greedy_cover(patterns: Sequence[Sequence[int]], demand: Sequence[int]) -> list[int]:
+def greedy_cover(patterns: Sequence[Sequence[int]], demand: Sequence[int]) -> list[int]:
     """Repeatedly the pattern covering the most remaining instances."""
     rest, chosen = list(demand), []
     while any(rest):
@@ -109,7 +109,7 @@ def _greedy_cover(patterns: Sequence[Sequence[int]], demand: Sequence[int]) -> l
     return chosen
 
 
-def _min_gpus(bounds: _Bounds, demand: tuple[int, ...], order: Sequence[int], incumbent: list[int]) -> list[int]:
+def min_cover(bounds: CoverBounds, demand: tuple[int, ...], order: Sequence[int], incumbent: list[int]) -> list[int]:
     """Fewest patterns covering ``demand`` (exact), by branch and bound from a known cover: branch on the
     patterns covering the demanded profile listed first in ``order``, bound by the LP relaxation. Stops as soon
     as the cover meets the LP bound."""
@@ -144,7 +144,7 @@ def _min_gpus(bounds: _Bounds, demand: tuple[int, ...], order: Sequence[int], in
 
 
 def _fewer_layouts(
-    bounds: _Bounds, demand: tuple[int, ...], order: Sequence[int], incumbent: list[int], budget: int
+    bounds: CoverBounds, demand: tuple[int, ...], order: Sequence[int], incumbent: list[int], budget: int
 ) -> tuple[list[int], bool]:
     """A cover with as many patterns as ``incumbent`` but fewer distinct ones, searched within ``budget``
     nodes. Returns the best cover and whether the search finished (then the distinct count is proven)."""
@@ -216,6 +216,19 @@ class FleetPack:
         return self.gpus - self.lower_bound
 
 
+def check_demand(gpu: Gpu, demand: Mapping[str, int]) -> MigGeometry:
+    """The GPU's MIG geometry; :class:`MigError` unless it has MIG and ``demand`` names only its profiles, with
+    counts >= 0."""
+    if gpu.mig is None:
+        raise MigError(f"{gpu.name} ({gpu.architecture}) has no MIG")
+    for name, count in demand.items():
+        if gpu.mig.profile(name) is None:
+            raise MigError(unknown_profile(gpu, name, ()))
+        if count < 0:
+            raise MigError(f"{name}: a demand is at least 0, not {count}")
+    return gpu.mig
+
+
 def pack_model(
     gpu: Gpu, demand: Mapping[str, int], exact_below: int = 64, layout_search_nodes: int = 2000
 ) -> ModelPack:
@@ -225,29 +238,23 @@ def pack_model(
     solution rounded down plus an exact cover of the remainder, within a few GPUs of the bound. Layouts: with
     the GPU count fixed, a search of at most ``layout_search_nodes`` nodes looks for fewer distinct layouts;
     ``ModelPack.layouts_proven`` says whether it finished."""
-    if gpu.mig is None:
-        raise MigError(f"{gpu.name} ({gpu.architecture}) has no MIG")
-    for name, count in demand.items():
-        if gpu.mig.profile(name) is None:
-            raise MigError(unknown_profile(gpu, name, ()))
-        if count < 0:
-            raise MigError(f"{name}: a demand is at least 0, not {count}")
-    wanted = [p.name for p in gpu.mig.profiles if demand.get(p.name, 0) > 0]
+    geometry = check_demand(gpu, demand)
+    wanted = [p.name for p in geometry.profiles if demand.get(p.name, 0) > 0]
     if not wanted:
         return ModelPack(gpu.name, {}, [], 0, 0, {})
     layouts = list(maximal_layouts(gpu, wanted))
     patterns = [[dict(lay).get(name, 0) for name in wanted] for lay in layouts]
     d = tuple(demand[name] for name in wanted)
     # branch on the biggest instances first: they have the fewest ways to be placed
-    order = sorted(range(len(wanted)), key=lambda i: -gpu.mig.by_name[wanted[i]].memory_slices)
+    order = sorted(range(len(wanted)), key=lambda i: -geometry.by_name[wanted[i]].memory_slices)
 
-    bounds = _Bounds(patterns)
+    bounds = CoverBounds(patterns)
     value, x = bounds.lp(d)
     lower = math.ceil(value - 1e-7)
-    rounded, residual = _rounded_cover(patterns, d, x)
+    rounded, residual = rounded_cover(patterns, d, x)
     if any(residual):
-        rounded += _min_gpus(bounds, residual, order, _greedy_cover(patterns, residual))
-    chosen = _min_gpus(bounds, d, order, rounded) if lower < exact_below else rounded
+        rounded += min_cover(bounds, residual, order, greedy_cover(patterns, residual))
+    chosen = min_cover(bounds, d, order, rounded) if lower < exact_below else rounded
     chosen, layouts_proven = _fewer_layouts(bounds, d, order, chosen, budget=layout_search_nodes)
     uses = Counter(chosen)
     made = Counter()

@@ -48,8 +48,8 @@ from typing import Any
 
 from gpufleet.catalog import Gpu
 from gpufleet.mig.layouts import maximal_layouts
-from gpufleet.mig.packing import _Bounds, _greedy_cover, _min_gpus, _rounded_cover, pack_model
-from gpufleet.mig.placement import Layout, MigError, as_layout, check, unknown_profile
+from gpufleet.mig.packing import CoverBounds, check_demand, greedy_cover, min_cover, pack_model, rounded_cover
+from gpufleet.mig.placement import Layout, MigError, as_layout, check
 
 # Fleets whose current layouts allow at most this many "how many to change per layout" vectors are solved exactly.
 EXACT_CHOICES = 1024
@@ -193,7 +193,7 @@ class _Model:
         self.added = added
         self.patterns_layouts = list(maximal_layouts(gpu, self.wanted))
         patterns = [list(_vec(lay, self.wanted)) for lay in self.patterns_layouts]
-        self.bounds = _Bounds(patterns)
+        self.bounds = CoverBounds(patterns)
         self.order = sorted(range(len(self.wanted)), key=lambda i: -gpu.mig.by_name[self.wanted[i]].memory_slices)
         self.prices: list[list[float]] = []
         self._seen_prices: set[tuple[float, ...]] = set()
@@ -235,11 +235,11 @@ class _Model:
         patterns = self.bounds.patterns
         value, x = self.bounds.lp(r)
         self._keep_prices(self.bounds.duals[0])
-        rounded, rest = _rounded_cover(patterns, r, x)
+        rounded, rest = rounded_cover(patterns, r, x)
         if any(rest):
-            rounded += _min_gpus(self.bounds, rest, self.order, _greedy_cover(patterns, rest))
+            rounded += min_cover(self.bounds, rest, self.order, greedy_cover(patterns, rest))
         if exact or math.ceil(value - EPS) < 64:
-            rounded = _min_gpus(self.bounds, r, self.order, rounded)
+            rounded = min_cover(self.bounds, r, self.order, rounded)
         self._covers[r, exact] = rounded
         return rounded
 
@@ -517,16 +517,10 @@ def repack_model(
     Fleets whose current layouts allow at most ``exact_choices`` choices of how many GPUs of each to change, with
     a demand that fits on fewer than ``EXACT_BELOW_GPUS`` GPUs, are solved exactly; others greedily (``proven``
     says whether the result meets the lower bound)."""
-    if gpu.mig is None:
-        raise MigError(f"{gpu.name} ({gpu.architecture}) has no MIG")
-    for name, count in demand.items():
-        if gpu.mig.profile(name) is None:
-            raise MigError(unknown_profile(gpu, name, ()))
-        if count < 0:
-            raise MigError(f"{name}: a demand is at least 0, not {count}")
+    geometry = check_demand(gpu, demand)
     by_layout: dict[Layout, list[FleetGpu]] = {}
     for g in fleet:
-        layout = as_layout(dict(g.layout), gpu.mig)
+        layout = as_layout(dict(g.layout), geometry)
         by_layout.setdefault(layout, []).append(g)
     for layout in by_layout:
         if layout and not (result := check(gpu, dict(layout))).fits:
