@@ -264,10 +264,14 @@ def decode_tokens_per_s(model: LanguageModel, req: Request, mem: Memory, bandwid
 
 
 def _interconnect(gpu: Gpu, tp: int, pp: int, vm: VmSize | None) -> str | None:
-    """What the GPUs of one model replica talk over: NVLink or PCIe inside a node, InfiniBand between nodes."""
+    """What the GPUs of one model replica talk over: NVLink or PCIe inside a node, InfiniBand between nodes. On an
+    Azure size, NVLink when the size joins its GPUs with it; on bare GPUs, when the tensor-parallel group fits in the
+    part's NVLink domain (an HGX board's 8, a bridge's 2)."""
     parts = []
     if tp > 1:
-        parts.append("NVLink" if gpu.nvlink_gbs else "PCIe")
+        domain = gpu.nvlink_domain_gpus or 1
+        nvlink = vm.nvlink if vm is not None else tp <= domain
+        parts.append("NVLink" if nvlink else "PCIe")
     if vm is not None and math.ceil(tp * pp / vm.whole_gpus) > 1:
         parts.append("InfiniBand")
     return "+".join(parts) or None
@@ -390,7 +394,8 @@ def _notes(model: LanguageModel, req: Request, options: tuple[Option, ...], regi
     )
     if pcie:
         notes.append(
-            f"no NVLink figure in the catalog for {', '.join(pcie)}: tensor-parallel traffic assumed over PCIe"
+            f"tensor-parallel traffic over PCIe for {', '.join(pcie)}: no NVLink joins that many of their GPUs"
+            " (a bridge joins 2, an HGX board 8; some sizes and cards have none)"
         )
     if isinstance(req, Inference):
         unknown = sorted({o.gpu for o in options if o.decode_tokens_per_s is None})

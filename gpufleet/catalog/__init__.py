@@ -119,6 +119,17 @@ class Gpu(_Frozen):
     nvlink_gbs: float | None = Field(
         default=None, gt=0, description="NVLink bandwidth per GPU in GB/s, both directions together; None: PCIe only"
     )
+    nvlink_domain_gpus: int | None = Field(
+        default=None,
+        ge=2,
+        description="how many GPUs NVLink joins all-to-all on the part's platform (HGX board: 8, NVL72: 72, bridge: 2)",
+    )
+
+    @model_validator(mode="after")
+    def _nvlink_domain(self) -> Gpu:
+        if (self.nvlink_gbs is None) != (self.nvlink_domain_gpus is None):
+            raise ValueError(f"{self.name}: nvlink_gbs and nvlink_domain_gpus go together (both or neither)")
+        return self
 
     @field_validator("pci_ids")
     @classmethod

@@ -33,7 +33,7 @@ def catalog_with(
     """A copy of the catalog with every GPU's memory and NVLink bandwidth set (None: unknown / PCIe only) and some
     sizes priced in westeurope, so that tests do not depend on which figures the catalog has today."""
     base = load_catalog()
-    update = {"memory_bandwidth_gbs": bandwidth, "nvlink_gbs": nvlink}
+    update = {"memory_bandwidth_gbs": bandwidth, "nvlink_gbs": nvlink, "nvlink_domain_gpus": 8 if nvlink else None}
     gpus = tuple(g.model_copy(update=update) for g in base.gpus)
     priced = tuple(
         Price(vm_size=name, region="westeurope", pay_as_you_go=usd, source="test", as_of=TODAY)
@@ -230,15 +230,29 @@ def test_price_is_per_node_and_null_without_region_or_price():
     )
     vm = next(o for o in priced.options if o.kind == "vm")
     assert vm.nodes == 2 and vm.usd_per_hour == 2 * TEST_PRICE  # 16 GPUs: TP 8 x PP 2 over InfiniBand
-    assert vm.interconnect == "PCIe+InfiniBand"
-    nvlinked = catalog_with(nvlink=900.0, prices={"Standard_ND96isr_H100_v5": TEST_PRICE})
-    linked = sizing.size(
-        model, sizing.Inference("bf16", context=8192), nvlinked, today=TODAY, gpu=nvlinked.gpu(h100.name)
-    )
-    assert next(o for o in linked.options if o.kind == "vm").interconnect == "NVLink+InfiniBand"
+    assert vm.interconnect == "NVLink+InfiniBand"  # the size's NVLink (ND H100 v5), whatever the card's figures
     unpriced = sizing.size(model, sizing.Inference("bf16", context=8192), catalog, today=TODAY, gpu=h100)
     assert all(o.usd_per_hour is None for o in unpriced.options)
     assert "no --region" in unpriced.notes[0]
+
+
+def test_tensor_parallel_link_is_nvlink_only_within_the_nvlink_domain():
+    """A PCIe A100 pair shares an NVLink bridge; four of them talk over PCIe, and so do the four GPUs of an
+    NC96ads_A100_v4, whose size has no NVLink; the eight SXM GPUs of an HGX board talk over NVLink."""
+    catalog = load_catalog()
+    pcie, sxm = catalog.gpu("A100-PCIE-80GB"), catalog.gpu("A100-SXM4-80GB")
+    assert (pcie.nvlink_domain_gpus, sxm.nvlink_domain_gpus) == (2, 8)
+    assert sizing._interconnect(pcie, 2, 1, None) == "NVLink"
+    assert sizing._interconnect(pcie, 4, 1, None) == "PCIe"
+    assert sizing._interconnect(sxm, 8, 1, None) == "NVLink"
+    assert sizing._interconnect(pcie, 4, 1, catalog.vm_size("Standard_NC96ads_A100_v4")) == "PCIe"
+    assert sizing._interconnect(sxm, 8, 2, catalog.vm_size("Standard_ND96amsr_A100_v4")) == "NVLink+InfiniBand"
+    result = sizing.size(
+        MODELS.model("llama-3.1-70b"), sizing.Inference("fp8", context=32768, concurrency=16), catalog, today=TODAY
+    )
+    four_pcie = next(o for o in result.options if o.kind == "gpu" and o.gpu == "A100-PCIE-80GB")
+    assert (four_pcie.tensor_parallel, four_pcie.interconnect) == (4, "PCIe")
+    assert any("over PCIe for" in note and "A100-PCIE-80GB" in note for note in result.notes)
 
 
 def test_decode_bound_is_bandwidth_over_bytes_read_per_step():
