@@ -7,10 +7,9 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from gpufleet.cli.common import EXIT_INVALID, JsonOpt, emit_json, err, out, shown, usage_error
+from gpufleet.cli.common import EXIT_INVALID, JsonOpt, emit_json, err, out, print_table, shown, usage_error
 
 if TYPE_CHECKING:
     from gpufleet.catalog import Catalog, Gpu, Price, VmSize
@@ -117,14 +116,6 @@ def _unknown(message: str, as_json: bool) -> typer.Exit:
     return typer.Exit(EXIT_INVALID)
 
 
-def _print_wide(table: Table) -> None:
-    """A wide table: at the terminal's width on a terminal, unsqueezed (up to 200 columns) into a pipe or file."""
-    if out.is_terminal:
-        out.print(table)
-    else:
-        Console(file=out.file, width=max(out.width, 200), highlight=False, emoji=False).print(table)
-
-
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
@@ -141,7 +132,7 @@ def _detail(rows: dict[str, Any], title: str) -> None:
         elif value is None:
             value = "-"
         table.add_row(key, shown(value))
-    out.print(table)
+    print_table(table)
 
 
 @catalog_app.command("gpus")
@@ -199,7 +190,7 @@ def catalog_gpus(
             shown(", ".join(g.aliases)) or "-",
             f"yes ({len(g.mig.profiles)} profiles)" if g.mig is not None else "no",
         )
-    _print_wide(table)
+    print_table(table)
 
 
 @catalog_app.command("sizes")
@@ -268,6 +259,6 @@ def catalog_sizes(
             price = catalog.price(s.name, region)
             row.append(f"{price.pay_as_you_go:g}" if price and price.pay_as_you_go else "no price")
         table.add_row(*row)
-    _print_wide(table)
+    print_table(table)
     if region is not None and any(s.regions is None for s in sizes):
         out.print("[dim]regions 'not recorded': the catalog does not say whether the size is offered there[/dim]")

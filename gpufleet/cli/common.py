@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 if TYPE_CHECKING:
     from gpufleet.spec.load import LoadedStack
@@ -113,3 +114,12 @@ def loaded_or_exit(
             print_diagnostics(err, loaded.diagnostics, "  ")
         raise typer.Exit(EXIT_INVALID)
     return loaded
+
+
+def print_table(table: Table) -> None:
+    """A table at the terminal's width on a terminal; into a pipe or a file, as wide as it needs (up to 200 columns)
+    rather than rich's default 80, so cells are not cut to an ellipsis for the grep or the log that reads them."""
+    if out.is_terminal:
+        out.print(table)
+    else:
+        Console(file=out.file, width=max(out.width, 200), highlight=False, soft_wrap=True, emoji=False).print(table)

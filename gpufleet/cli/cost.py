@@ -17,6 +17,7 @@ from gpufleet.cli.common import (
     err,
     out,
     print_diagnostics,
+    print_table,
     project_root,
     resolve_or_exit,
     shown,
@@ -154,7 +155,7 @@ def render_stack_cost(figures: StackCost) -> None:
         _monthly(total.per_month_max),
         _hourly(total.idle_per_hour),
     )
-    out.print(table)
+    print_table(table)
     if not total.complete:
         out.print(f"  * without {shown(', '.join(total.unpriced))}: no price")
     for p in figures.pools:

@@ -11,7 +11,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from gpufleet.cli.common import EXIT_INVALID, JsonOpt, emit_json, err, out, shown, usage_error
+from gpufleet.cli.common import EXIT_INVALID, JsonOpt, emit_json, err, out, print_table, shown, usage_error
 
 if TYPE_CHECKING:
     from gpufleet.catalog.llm import LanguageModel
@@ -212,7 +212,7 @@ def _print(result: Sizing, lm: LanguageModel, request: Request) -> None:
     rows += [("optimizer + gradients", mem.optimizer), ("overhead (1 GB/GPU + 10 %)", mem.overhead)]
     for name, value in [*rows, ("total on one GPU", mem.total)]:
         table.add_row(name, f"{value:,.2f}")
-    out.print(table)
+    print_table(table)
     options = Table(title="options, best first", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("hardware", "GPUs (TPxPP)", "link", "free GB", "tok/s", "$/hour"):
         options.add_column(col, no_wrap=True, justify="left" if col in ("hardware", "link") else "right")
@@ -225,7 +225,7 @@ def _print(result: Sizing, lm: LanguageModel, request: Request) -> None:
             _num(o.decode_tokens_per_s, ",.0f", "?"),
             _num(o.usd_per_hour, ",.2f", "no price"),
         )
-    out.print(options)
+    print_table(options)
     if len(result.options) > SHOWN_OPTIONS:
         out.print(f"[dim]{len(result.options) - SHOWN_OPTIONS} more options: --json lists them all[/dim]")
     for note in result.notes:
