@@ -9,11 +9,10 @@ of experts), layers, attention shape (KV heads x head dim, or an MLA latent), vo
 from __future__ import annotations
 
 from functools import cached_property, lru_cache
-from importlib import resources
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpufleet.catalog import read_catalog_yaml
 from gpufleet.diagnostics import did_you_mean
 
 
@@ -113,13 +112,7 @@ class ModelCatalog(BaseModel):
         return found
 
 
-def _read(name: str) -> Any:
-    from ruamel.yaml import YAML
-
-    return YAML(typ="safe").load(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
-
-
 @lru_cache(maxsize=1)
 def load_models() -> ModelCatalog:
     """The packaged model catalog, parsed once per process."""
-    return ModelCatalog(models=tuple(_read("models.yaml")["models"]))
+    return ModelCatalog(models=tuple(read_catalog_yaml("models.yaml")["models"]))

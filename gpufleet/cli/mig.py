@@ -9,7 +9,17 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from gpufleet.cli.common import EXIT_INVALID, JsonOpt, emit_json, err, out, print_diagnostics, shown, usage_error
+from gpufleet.cli.common import (
+    EXIT_INVALID,
+    JsonOpt,
+    emit_json,
+    err,
+    out,
+    print_diagnostics,
+    print_table,
+    shown,
+    usage_error,
+)
 
 mig_app = typer.Typer(help="MIG profiles and layouts per GPU model.", no_args_is_help=True)
 
@@ -81,7 +91,7 @@ def mig_profiles(gpu: GpuArg, as_json: JsonOpt = False) -> None:
             f"{p.usable_gib:.2f}" if p.usable_gib is not None else "n/p",
             str(p.sms) if p.sms is not None else "n/p",
         )
-    out.print(table)
+    print_table(table)
     out.print("[dim]n/p: not published by NVIDIA for this model (see gpufleet/catalog/gpus.yaml)[/dim]")
     branch = f"R{geometry.min_driver_branch}" if geometry.min_driver_branch else "not published"
     out.print(f"oldest driver branch with MIG on {model.name}: {branch}")

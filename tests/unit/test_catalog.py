@@ -347,3 +347,19 @@ def test_catalog_rejects_an_identifier_naming_two_gpus():
 
 def test_regions(catalog: Catalog):
     assert {"westeurope", "eastus", "eastus2", "northeurope", "swedencentral"} <= catalog.region_names
+
+
+def test_catalog_files_read_the_same_with_libyaml_as_with_a_yaml_1_2_parser():
+    """The catalog is parsed by libyaml (YAML 1.1) for speed; ruamel (YAML 1.2, as stacks are read) must agree on
+    every file, so a value 1.1 reads differently (``no``, ``on``, ``0o17``, ``1:30``) cannot change a fact."""
+    from importlib import resources
+
+    from ruamel.yaml import YAML
+
+    from gpufleet.catalog import read_catalog_yaml
+
+    files = sorted(f.name for f in resources.files("gpufleet.catalog").iterdir() if f.name.endswith(".yaml"))
+    assert "gpus.yaml" in files and "models.yaml" in files
+    for name in files:
+        text = resources.files("gpufleet.catalog").joinpath(name).read_text(encoding="utf-8")
+        assert read_catalog_yaml(name) == YAML(typ="safe").load(text), name
