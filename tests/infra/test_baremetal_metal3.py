@@ -214,8 +214,8 @@ def test_a_host_without_its_password_is_refused_before_anything_is_registered():
 
 def test_passwords_are_read_once_each_from_the_stacks_secret_config():
     pulumi.runtime.set_mocks(Recorder(), project="gpufleet", stack="prod-onprem", preview=False)
-    pulumi.runtime.set_config("gpufleet:bmc_password", "from-config-a")
-    pulumi.runtime.set_config("gpufleet:bmc_password_b", "from-config-b")
+    config = {"gpufleet:bmc_password": "from-config-a", "gpufleet:bmc_password_b": "from-config-b"}
+    pulumi.runtime.set_all_config(config, secret_keys=list(config))
     seen: dict[str, Any] = {}
 
     @pulumi.runtime.test
@@ -228,7 +228,10 @@ def test_passwords_are_read_once_each_from_the_stacks_secret_config():
         )
         return pulumi.Output.all(values, secret)
 
-    evaluate()
+    try:
+        evaluate()
+    finally:
+        pulumi.runtime.set_all_config({}, secret_keys=[])  # leave no config behind for other tests
     assert seen == {
         "gpufleet:bmc_password": "from-config-a",
         "gpufleet:bmc_password_b": "from-config-b",

@@ -17,6 +17,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
+from ruamel.yaml import YAML
 
 from gpufleet import metal3
 from gpufleet.labels import GPU_MODEL_LABEL
@@ -377,6 +378,41 @@ def test_every_problem_of_every_host_is_reported_with_the_hosts_index():
     ]
     assert metal3.host_problems(_ns(stack_host()), "metal3") == []
     assert [p.path for p in metal3.host_problems(hosts[1], "metal3")] == [("system_id",), ("boot_mac",)]
+
+
+# The stack shape of issue 22 as a stack file holds it, read as stack files are (YAML 1.2: `power: on` is a string)
+STACK_BAREMETAL = """
+gpufleet:baremetal:
+  engine: metal3
+  metal3: {namespace: metal3, kubeconfig: {secret: gpufleet:mgmt_kubeconfig}}
+  hosts:
+    - name: gpu-a01
+      host_group: h100
+      bmc:
+        address: https://10.0.0.11
+        username: admin
+        password: {secret: gpufleet:bmc_password}
+        verify_tls: true
+      system_id: "1"
+      serial: "SN-0001"
+      boot: {mode: UEFI, source: virtual-media, image_url: https://images.example.net/os.qcow2,
+             image_checksum: "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
+      power: on
+      ssh: {address: 10.0.1.11, port: 22}
+      boot_mac: "aa:bb:cc:dd:ee:ff"
+      expected: {gpu_model: H100-SXM5-80GB, gpu_count: 8, numa_nodes: 2, memory_gib: 2048}
+      wipe_disks_on_delete: false
+"""
+
+
+def test_the_stack_shape_read_from_a_stack_file_maps_to_a_schema_valid_host():
+    baremetal = YAML(typ="safe", pure=True).load(STACK_BAREMETAL)["gpufleet:baremetal"]
+    (host,) = metal3.hosts_from_stack(baremetal["hosts"], baremetal["metal3"]["namespace"])
+    bmh = metal3.bare_metal_host(host)
+    assert schema_errors(bmh) == []
+    assert bmh["spec"]["bmc"]["address"] == "redfish-virtualmedia://10.0.0.11/redfish/v1/Systems/1"
+    assert bmh["spec"]["online"] is True
+    assert host.password_key == "gpufleet:bmc_password"
 
 
 def test_mappings_and_attribute_objects_give_the_same_host():
