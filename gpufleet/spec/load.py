@@ -8,6 +8,7 @@ does not hide the other errors of the file: all of them are reported at once.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import re
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from gpufleet.catalog import Catalog, load_catalog
 from gpufleet.diagnostics import Diagnostic, Finding, Path, did_you_mean, format_path
 from gpufleet.spec import rules
-from gpufleet.spec.models import GpuPool, HostGroup, Stack, SystemPool, TuningProfile
+from gpufleet.spec.models import BaremetalHost, GpuPool, HostGroup, Stack, SystemPool, TuningProfile
 from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
 
 NAMESPACE = "gpufleet"
@@ -39,6 +40,8 @@ class LoadedStack:
     stack: Stack | None
     diagnostics: list[Diagnostic] = field(default_factory=list)
     locator: Locator | None = field(default=None, repr=False, compare=False)
+    # config keys whose value is a Pulumi secret (`KEY: {secure: ...}`): the names only, never the ciphertext
+    secret_keys: frozenset[str] = frozenset()
 
     @property
     def ok(self) -> bool:
@@ -103,6 +106,11 @@ def _partial_rule_findings(raw: dict[str, Any], context: rules.Context) -> Itera
             if all(v is not None for v in parsed.values()):
                 profiles = {"default": TuningProfile(), **parsed}
         yield from rules.check_host_groups(groups, context, profiles)
+        if isinstance(bm.get("hosts"), list):
+            hosts = [_parsed(BaremetalHost, h) for h in bm["hosts"]]
+            engine = bm.get("engine", "redfish")
+            engine = engine if engine in ("redfish", "metal3") else None
+            yield from rules.check_baremetal_hosts(hosts, groups, engine, context)
 
 
 def validate_document(
@@ -137,17 +145,26 @@ def validate_document(
     locator = Locator(config, first_key=lambda section: f"{NAMESPACE}:{section}")
 
     raw: dict[str, Any] = {}
+    secure: set[str] = set()
     for key, value in config.items():
         key_s = str(key)
         line = locator.config_key_line(key)
         namespace, sep, section = key_s.partition(":")
-        if not sep:
+        is_secret = _is_secure(value)
+        if is_secret:
+            secure.add(key_s)
+        if isinstance(value, dict) and "secure" in value and not is_secret:
+            at(line, key_s, "a secret is `secure: <ciphertext>` alone, as `pulumi config set --secret` writes it")
+        elif not sep:
             at(line, key_s, f"config keys are namespaced: write '{NAMESPACE}:{key_s}'")
         elif namespace == NAMESPACE:
             if section in SECTIONS:
                 raw[section] = plain(value)
-            else:
+            elif not is_secret:  # gpufleet:bmc_password: {secure: ...} is a secret the stack refers to
                 at(line, section, f"unknown key '{key_s}'; " + did_you_mean(section, SECTIONS))
+    context = dataclasses.replace(
+        context, secure_keys=frozenset(secure), plain_keys=frozenset(str(k) for k in config) - secure
+    )
     # Other namespaces (azure-native:, kubernetes:...) belong to providers; one of them must agree with us.
     location = config.get("azure-native:location")
     if location is not None and "region" in raw and str(location) != raw["region"]:
@@ -176,7 +193,18 @@ def validate_document(
             )
 
     diags = sorted(diags + located(findings, locator, file), key=lambda d: (d.line, d.path))
-    return LoadedStack(file, name, stack if not diags else None, diags, locator)
+    return LoadedStack(file, name, stack if not diags else None, diags, locator, frozenset(secure))
+
+
+def _is_secure(value: Any) -> bool:
+    """A Pulumi secret in a stack file: ``{secure: <ciphertext>}`` (the ciphertext's format is the secrets
+    provider's: ``v1:<nonce>:<ciphertext>`` for passphrase and service keys, other text for cloud KMS)."""
+    return (
+        isinstance(value, dict)
+        and set(value) == {"secure"}
+        and isinstance(value["secure"], str)
+        and bool(value["secure"].strip())
+    )
 
 
 def load_stack_text(
@@ -197,14 +225,16 @@ def load_stack(path: str | FsPath, *, catalog: Catalog | None = None, today: _dt
     return validate_document(doc, str(path), catalog=catalog, today=today)
 
 
-def dump_stack(stack: Stack) -> str:
-    """A stack as Pulumi stack-file YAML (keys under ``gpufleet:``); defaults are left out."""
+def dump_stack(stack: Stack, secrets: dict[str, str] | None = None) -> str:
+    """A stack as Pulumi stack-file YAML (keys under ``gpufleet:``); defaults are left out. ``secrets``: config keys
+    and their ``secure:`` ciphertexts, written as they are (the stack's ``{secret: KEY}`` references need them)."""
     from io import StringIO
 
     from ruamel.yaml import YAML
 
     data = stack.model_dump(mode="json", exclude_defaults=True)
-    config = {f"{NAMESPACE}:{k}": v for k, v in data.items()}
+    config: dict[str, Any] = {f"{NAMESPACE}:{k}": v for k, v in data.items()}
+    config.update({key: {"secure": ciphertext} for key, ciphertext in (secrets or {}).items()})
     out = StringIO()
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False

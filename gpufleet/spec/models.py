@@ -12,9 +12,11 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    BeforeValidator,
     Field,
     PlainSerializer,
     PlainValidator,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -586,6 +588,265 @@ class Rollout(StrictModel):
     reboot_ok: bool = Field(False, description="hosts may be rebooted to apply kernel arguments")
 
 
+# -- bare-metal hosts (BMC-managed servers a Pulumi stack creates) --------------------------------------------
+
+# A Pulumi config key: 'namespace:name' (pulumi config set [--secret] KEY VALUE).
+CONFIG_KEY_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*:[A-Za-z0-9_][A-Za-z0-9_.-]*")
+PLAIN_PASSWORD = (
+    "BMC passwords are Pulumi secrets: run `pulumi config set --secret KEY ...` and write `password: {secret: KEY}`"
+    " (e.g. KEY gpufleet:bmc_password)"
+)
+PLAIN_KUBECONFIG = (
+    "the management cluster's kubeconfig is a Pulumi secret: run `pulumi config set --secret KEY ...` (the file's"
+    " text) and write `kubeconfig: {secret: KEY}`"
+)
+
+
+def _config_key(v: Any) -> str:
+    # the value is never shown: whoever wrote a password here instead of a key name must not see it echoed in logs
+    if not isinstance(v, str) or not CONFIG_KEY_RE.fullmatch(v):
+        raise invalid(
+            "expected a Pulumi config key 'namespace:name', e.g. 'gpufleet:bmc_password' (the value given is not"
+            " shown: it may be a secret)"
+        )
+    return v
+
+
+ConfigKey = Annotated[str, PlainValidator(_config_key, json_schema_input_type=str)]
+
+
+class SecretRef(StrictModel):
+    """A secret of this stack's Pulumi config, by key: ``{secret: gpufleet:bmc_password}`` refers to the
+    ``gpufleet:bmc_password: {secure: ...}`` entry ``pulumi config set --secret`` wrote. The value never enters the
+    stack model; the Pulumi program reads it with ``pulumi.Config(namespace).require_secret(name)``."""
+
+    secret: ConfigKey
+
+    @property
+    def namespace(self) -> str:
+        return self.secret.partition(":")[0]
+
+    @property
+    def name(self) -> str:
+        return self.secret.partition(":")[2]
+
+
+def _no_plain_text(message: str) -> Any:
+    """A secret given as a value (a string, a number) instead of ``{secret: KEY}``: refused with ``message``, which
+    never repeats the value."""
+
+    def check(v: Any) -> Any:
+        if isinstance(v, str | int | float | bool):
+            raise invalid(message)
+        return v
+
+    return BeforeValidator(check)
+
+
+SecretPassword = Annotated[SecretRef, _no_plain_text(PLAIN_PASSWORD)]
+SecretKubeconfig = Annotated[SecretRef, _no_plain_text(PLAIN_KUBECONFIG)]
+
+_HOSTNAME_RE = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*"
+)
+
+
+def _host(v: str) -> str | None:
+    """``v`` when it is an IP address or a DNS name, else None."""
+    try:
+        return str(ipaddress.ip_address(v))
+    except ValueError:
+        numeric = re.fullmatch(r"[\d.]+", v) is not None  # 10.0.0.256 is a broken address, not a name
+        return v if _HOSTNAME_RE.fullmatch(v) and not numeric else None
+
+
+def _bmc_address(v: Any) -> str:
+    """A Redfish service's address: ``https://host[:port]`` (or ``http://``), nothing else: no path (the service
+    root is /redfish/v1), and no user name or password (they are ``username`` and ``password``)."""
+    from urllib.parse import urlsplit
+
+    example = "e.g. 'https://10.0.0.11' or 'https://bmc-a01.example.net:8443'"
+    if not isinstance(v, str):
+        raise invalid(f"expected the BMC's Redfish address, {example}")
+    parts = urlsplit(v.strip())
+    if "@" in parts.netloc:
+        raise invalid("credentials do not go in the BMC address (it is not secret): give username and password")
+    if parts.scheme not in ("https", "http"):
+        raise invalid(f"{v!r} is not an https:// or http:// address of a Redfish BMC ({example})")
+    try:
+        port = parts.port
+    except ValueError:
+        raise invalid(f"{v!r} has no valid port (1-65535)") from None
+    if port == 0:
+        raise invalid(f"{v!r} has no valid port (1-65535)")
+    if not parts.hostname or _host(parts.hostname) is None:
+        raise invalid(f"{v!r} names no host: an IP address or a DNS name ({example})")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise invalid(f"{v!r}: give the BMC's scheme, host and port only; the Redfish service root is /redfish/v1")
+    return v.strip().rstrip("/")
+
+
+BmcAddress = Annotated[str, PlainValidator(_bmc_address, json_schema_input_type=str)]
+
+
+class Bmc(StrictModel):
+    """How to reach a host's BMC through Redfish. The user name may be written as it is; the password is a Pulumi
+    secret of the stack (never in the stack file, the state, the outputs or a log in plain text)."""
+
+    address: BmcAddress = Field(description="the Redfish service's scheme, host and port, e.g. https://10.0.0.11")
+    username: str = Field(min_length=1, max_length=256)
+    password: SecretPassword
+    verify_tls: bool = Field(True, description="check the BMC's TLS certificate (https)")
+
+    @property
+    def endpoint(self) -> tuple[str, str, int]:
+        """(scheme, host, port) with the scheme's default port, lowercase: one BMC however its address is written."""
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.address)
+        host = (parts.hostname or "").lower()
+        return parts.scheme, host, parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def _redfish_id(what: str, example: str) -> Any:
+    """A Redfish resource id or a serial number: a quoted string (YAML reads 0123 as the number 123)."""
+
+    def check(v: Any) -> str:
+        if isinstance(v, bool) or not isinstance(v, str):
+            if isinstance(v, int | float):
+                raise invalid(f"write the {what} as a quoted string, e.g. {example!r}: YAML reads {v!r} as a number")
+            raise invalid(f"expected the {what} as a string, e.g. {example!r}")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}", v):
+            raise invalid(f"{v!r} is not a {what}: letters, digits and . _ : + - (at most 128)")
+        return v
+
+    return PlainValidator(check, json_schema_input_type=str)
+
+
+SystemId = Annotated[str, _redfish_id("Redfish system id", "1")]
+SerialNumber = Annotated[str, _redfish_id("serial number", "SN-0001")]
+
+
+def _mac(v: Any) -> str:
+    if not isinstance(v, str) or not re.fullmatch(r"[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}", v):
+        raise invalid(f"{v!r} is not a MAC address like 'aa:bb:cc:dd:ee:ff' (six hex pairs, ':' between them)")
+    if int(v[:2], 16) & 1:
+        raise invalid(f"{v!r} is a multicast address; give the provisioning NIC's own (unicast) MAC")
+    return v.lower()
+
+
+MacAddress = Annotated[str, PlainValidator(_mac, json_schema_input_type=str)]
+
+ImageUrl = Annotated[str, matching(r"https?://[^\s/@]+(/[^\s]*)?", "an http:// or https:// URL of the image")]
+ImageChecksum = Annotated[
+    str,
+    matching(
+        r"sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}",
+        "'sha256:' and 64 lowercase hex digits (or 'sha512:' and 128), the image's digest",
+    ),
+]
+
+
+class BootSource(StrictModel):
+    """What the host boots once (the BMC's one-time boot override): its disk, the network (PXE), or an image the BMC
+    inserts as virtual media."""
+
+    mode: Literal["UEFI"] = Field("UEFI", description="the firmware's boot mode (UEFI only)")
+    source: Literal["disk", "pxe", "virtual-media"] = "disk"
+    image_url: ImageUrl | None = Field(
+        None, description="virtual-media: the image the BMC inserts; engine metal3: the image written to the disk"
+    )
+    image_checksum: ImageChecksum | None = None
+
+    @model_validator(mode="after")
+    def _image(self) -> BootSource:
+        if self.source == "virtual-media" and self.image_url is None:
+            raise invalid("source virtual-media needs image_url: the image the BMC inserts as a virtual CD/DVD")
+        if self.source == "disk" and self.image_url is not None:
+            raise invalid(
+                "source disk boots what the disk holds; image_url applies to virtual-media (or pxe with metal3)"
+            )
+        if self.image_checksum is not None and self.image_url is None:
+            raise invalid("image_checksum needs image_url (the image it is the digest of)")
+        return self
+
+
+def _power(v: Any) -> Any:
+    # YAML 1.1 tools read on/off as booleans; take them back
+    return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
+
+
+class Ssh(StrictModel):
+    """Where SSH (and Ansible) reach the host once it has booted."""
+
+    address: str = Field(description="an IP address or a DNS name")
+    port: int = Field(22, ge=1, le=65535)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        host = _host(v)
+        if host is None:
+            raise invalid(f"{v!r} is not an IP address or a DNS name")
+        return host
+
+
+class ExpectedHardware(StrictModel):
+    """What the BMC's inventory must show before the host is claimed; a different box is refused, the difference
+    spelled out. Fields left out are not checked."""
+
+    gpu_model: str | None = Field(None, description="a catalog GPU (name, PCI id or nvidia-smi name)")
+    gpu_count: int | None = Field(None, ge=1, le=64)
+    numa_nodes: int | None = Field(None, ge=1, le=64)
+    memory_gib: int | None = Field(None, ge=1, le=65536)
+
+    @model_validator(mode="after")
+    def _count_needs_model(self) -> ExpectedHardware:
+        if self.gpu_count is not None and self.gpu_model is None:
+            raise invalid("gpu_count needs gpu_model (which GPUs to count)")
+        return self
+
+
+HostName = Annotated[
+    str,
+    matching(
+        r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?",
+        "1-63 lowercase letters, digits and '-', starting and ending with a letter or digit (an inventory host name"
+        " and a Kubernetes object name)",
+    ),
+]
+
+
+class BaremetalHost(StrictModel):
+    """One BMC-managed server: the Pulumi program claims it (system id and/or serial, expected hardware), boots it
+    and waits for SSH; Ansible converges it as a member of ``host_group``."""
+
+    name: HostName
+    host_group: str = Field(description="one of baremetal.host_groups[].name")
+    bmc: Bmc
+    system_id: SystemId | None = Field(None, description="the Redfish ComputerSystem id")
+    serial: SerialNumber | None = Field(None, description="the system's SerialNumber")
+    boot: BootSource = Field(default_factory=BootSource)
+    power: Annotated[Literal["on", "off"], BeforeValidator(_power)] = "on"
+    ssh: Ssh
+    boot_mac: MacAddress | None = Field(None, description="the provisioning NIC's MAC (metal3's bootMACAddress)")
+    expected: ExpectedHardware = Field(default_factory=ExpectedHardware)
+    wipe_disks_on_delete: bool = False
+
+    @model_validator(mode="after")
+    def _identified(self) -> BaremetalHost:
+        if self.system_id is None and self.serial is None:
+            raise invalid("give system_id (the Redfish ComputerSystem id) or serial (its SerialNumber), or both")
+        return self
+
+
+class Metal3Settings(StrictModel):
+    """engine metal3: where the Metal3 BareMetalHost objects go (the management cluster and namespace)."""
+
+    namespace: Namespace
+    kubeconfig: SecretKubeconfig
+
+
 class Baremetal(StrictModel):
     inventory: Annotated[
         str,
@@ -593,6 +854,24 @@ class Baremetal(StrictModel):
     ]
     rollout: Rollout = Field(default_factory=Rollout)
     host_groups: list[HostGroup] = Field(min_length=1)
+    engine: Literal["redfish", "metal3"] = Field(
+        "redfish", description="redfish: the Pulumi program drives each BMC; metal3: Metal3/Ironic do, on a cluster"
+    )
+    metal3: Metal3Settings | None = Field(None, validate_default=True, description="engine metal3 only, required then")
+    hosts: list[BaremetalHost] = Field(default_factory=list, description="the BMC-managed servers the stack creates")
+
+    @field_validator("metal3")
+    @classmethod
+    def _metal3_with_its_engine(cls, v: Metal3Settings | None, info: ValidationInfo) -> Metal3Settings | None:
+        engine = info.data.get("engine")
+        if engine == "metal3" and v is None:
+            raise invalid("engine metal3 needs metal3: {namespace: ..., kubeconfig: {secret: KEY}}")
+        if engine == "redfish" and v is not None:
+            raise invalid("metal3 settings apply only with engine: metal3 (engine redfish drives the BMCs itself)")
+        return v
+
+    def host_group(self, name: str) -> HostGroup | None:
+        return next((g for g in self.host_groups if g.name == name), None)
 
 
 # -- the stack -----------------------------------------------------------------------------------------------

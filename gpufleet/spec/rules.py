@@ -18,7 +18,18 @@ from gpufleet.aks import aks_pool_name
 from gpufleet.catalog import OS_IMAGE_NAMES, Catalog, Gpu, VmSize
 from gpufleet.diagnostics import Finding, Path, did_you_mean, format_path
 from gpufleet.labels import DEPLOY_DRIVER_LABEL, DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
-from gpufleet.spec.models import AksManagedMig, GpuPool, HostGroup, MigLayout, Stack, SystemPool, TuningProfile
+from gpufleet.spec.models import (
+    AksManagedMig,
+    Baremetal,
+    BaremetalHost,
+    GpuPool,
+    HostGroup,
+    MigLayout,
+    SecretRef,
+    Stack,
+    SystemPool,
+    TuningProfile,
+)
 
 # AKS Linux node pool names: "only lowercase alphanumeric characters and must begin with a lowercase letter...
 # for Linux node pools, the length must be between 1-12 characters" (learn.microsoft.com/azure/aks/create-node-pools).
@@ -58,6 +69,10 @@ class Context:
     catalog: Catalog
     today: _dt.date
     region: str | None = None  # the stack's region (AKS pools: the size must be offered there)
+    # The stack file's config keys holding a `secure:` value, and those holding a plain one; None when the stack
+    # comes without its file (a {secret: KEY} reference is then not checked against it).
+    secure_keys: frozenset[str] | None = None
+    plain_keys: frozenset[str] = frozenset()
 
 
 # -- MIG layouts (shared by AKS pools and bare-metal host groups) ---------------------------------------------
@@ -340,6 +355,161 @@ def check_host_group(
             yield from check_mig_layout(gpu, group.mig, group.gpus_per_host, (*path, "mig"), ctx.catalog)
 
 
+def check_secret_ref(ref: SecretRef, path: Path, ctx: Context) -> Iterator[Finding]:
+    """A ``{secret: KEY}`` names a ``secure:`` value of this stack file's config (never its value: not shown)."""
+    if ctx.secure_keys is None or ref.secret in ctx.secure_keys:
+        return
+    key = ref.secret
+    if key in ctx.plain_keys:
+        yield Finding(
+            (*path, "secret"),
+            f"{key} is in this stack file's config as plain text, not as a secret: run `pulumi config set --secret"
+            f" {key} ...` (it replaces the plain value with a secure: one)",
+        )
+    else:
+        yield Finding(
+            (*path, "secret"),
+            f"no secret {key} in this stack file's config: run `pulumi config set --secret {key} ...` (it writes"
+            f" {key}: {{secure: ...}} under config:)",
+        )
+
+
+def _gpu_name(ctx: Context, identifier: str | None) -> str | None:
+    gpu = ctx.catalog.find_gpu(identifier) if identifier else None
+    return gpu.name if gpu else None
+
+
+def check_host_hardware(host: BaremetalHost, group: HostGroup | None, path: Path, ctx: Context) -> Iterator[Finding]:
+    """``expected``: a GPU the catalog knows, the same model and count as the host's group."""
+    exp = host.expected
+    epath = (*path, "expected")
+    if exp.gpu_model is not None:
+        gpu = ctx.catalog.find_gpu(exp.gpu_model)
+        if gpu is None:
+            yield Finding(
+                (*epath, "gpu_model"), f"unknown GPU {exp.gpu_model!r}; {ctx.catalog.gpu_hint(exp.gpu_model)}"
+            )
+        elif group is not None:
+            if group.gpu_model is None:
+                yield Finding(
+                    (*epath, "gpu_model"),
+                    f"host group {group.name!r} has no gpu_model (hosts without GPUs): give the group gpu_model"
+                    f" {gpu.name!r} or remove expected.gpu_model",
+                )
+            elif (group_gpu := _gpu_name(ctx, group.gpu_model)) is not None and group_gpu != gpu.name:
+                yield Finding(
+                    (*epath, "gpu_model"),
+                    f"{gpu.name} differs from host group {group.name!r}'s gpu_model {group_gpu}: a host group's hosts"
+                    " are alike (its MIG layout and tuning are planned for one model)",
+                )
+    if group is not None and exp.gpu_count is not None and group.gpus_per_host not in (None, exp.gpu_count):
+        yield Finding(
+            (*epath, "gpu_count"),
+            f"{exp.gpu_count} differs from host group {group.name!r}'s gpus_per_host {group.gpus_per_host}",
+        )
+
+
+def check_host_engine(host: BaremetalHost, engine: str, path: Path) -> Iterator[Finding]:
+    """What each engine needs of a host. redfish: an image URL only for virtual media (the image the BMC inserts).
+    metal3: the BMC address names the system (``redfish://host/redfish/v1/Systems/<id>``, baremetal-operator
+    docs/api.md), an image and its checksum to write to the disk (book.metal3.io/bmo/provisioning), and for network
+    boot the provisioning NIC's MAC (its DHCP/iPXE answers go to that MAC)."""
+    boot = host.boot
+    bpath = (*path, "boot")
+    if engine == "redfish":
+        if boot.source == "pxe" and boot.image_url is not None:
+            yield Finding(
+                (*bpath, "image_url"),
+                "with engine redfish and source pxe the network boot server provides the image: remove image_url, or"
+                " use source virtual-media to have the BMC insert it",
+            )
+        return
+    if host.system_id is None:
+        yield Finding(
+            (*path, "system_id"),
+            "engine metal3 needs system_id: Metal3's BMC address names the system"
+            " (redfish://host/redfish/v1/Systems/<system_id>); a serial alone cannot be addressed",
+        )
+    if boot.source == "disk":
+        yield Finding(
+            (*bpath, "source"),
+            "engine metal3 provisions the host with an image: use source pxe (redfish://) or virtual-media"
+            " (redfish-virtualmedia://) with image_url and image_checksum",
+        )
+        return
+    if boot.image_url is None:
+        yield Finding((*bpath, "image_url"), "engine metal3 writes an image to the host's disk: give image_url")
+    if boot.image_checksum is None:
+        yield Finding(
+            (*bpath, "image_checksum"),
+            "engine metal3 checks the image it writes: give image_checksum ('sha256:<64 hex digits>')",
+        )
+    if boot.source == "pxe" and host.boot_mac is None:
+        yield Finding(
+            (*path, "boot_mac"),
+            "engine metal3 with source pxe needs boot_mac: the provisioning NIC that network-boots (Metal3's"
+            " bootMACAddress)",
+        )
+
+
+def check_baremetal_hosts(
+    hosts: Sequence[BaremetalHost | None],
+    groups: Sequence[HostGroup | None],
+    engine: str | None,
+    ctx: Context,
+) -> Iterator[Finding]:
+    """Every host that parsed (None: one with structural errors, already reported): its group exists, its expected
+    hardware matches the catalog and its group, its secrets are the stack's, what its engine needs; and names,
+    serials, BMC systems, MACs and SSH endpoints are not used twice (the second use names the first)."""
+    known = {g.name: g for g in groups if g is not None}
+    all_groups_parsed = all(g is not None for g in groups)
+    names: set[str] = set()
+    firsts: dict[tuple[str, object], str] = {}
+
+    def once(kind: str, value: object, host: BaremetalHost, path: Path, why: str) -> Iterator[Finding]:
+        other = firsts.setdefault((kind, value), host.name)
+        if other != host.name:
+            yield Finding(path, f"host {other!r} has the same {why}")
+
+    for i, host in enumerate(hosts):
+        if host is None:
+            continue
+        path: Path = ("baremetal", "hosts", i)
+        if host.name in names:
+            yield Finding((*path, "name"), f"host {host.name!r} is listed twice; host names are unique per stack")
+        names.add(host.name)
+        group = known.get(host.host_group)
+        if group is None and all_groups_parsed:
+            yield Finding(
+                (*path, "host_group"),
+                f"no host group {host.host_group!r} in baremetal.host_groups; {did_you_mean(host.host_group, known)}",
+            )
+        yield from check_host_hardware(host, group, path, ctx)
+        yield from check_secret_ref(host.bmc.password, (*path, "bmc", "password"), ctx)
+        if engine is not None:
+            yield from check_host_engine(host, engine, path)
+        if host.serial is not None:
+            why = f"serial {host.serial!r}: a serial number names one server"
+            yield from once("serial", host.serial, host, (*path, "serial"), why)
+        if host.system_id is not None:
+            _, bmc_host, port = host.bmc.endpoint
+            why = f"system {host.system_id!r} of the BMC at {host.bmc.address}: each host is a system of its own"
+            yield from once("system", (bmc_host, port, host.system_id), host, (*path, "system_id"), why)
+        if host.boot_mac is not None:
+            why = f"boot_mac {host.boot_mac}: a MAC address names one NIC"
+            yield from once("mac", host.boot_mac, host, (*path, "boot_mac"), why)
+        endpoint = f"{host.ssh.address}:{host.ssh.port}"
+        why = f"SSH endpoint {endpoint}: Ansible would converge one machine twice"
+        yield from once("ssh", (host.ssh.address.lower(), host.ssh.port), host, (*path, "ssh"), why)
+
+
+def check_baremetal(bm: Baremetal, ctx: Context) -> Iterator[Finding]:
+    """The bare-metal hosts of a structurally valid stack, and the engine's secrets."""
+    yield from check_baremetal_hosts(bm.hosts, bm.host_groups, bm.engine, ctx)
+    if bm.metal3 is not None:
+        yield from check_secret_ref(bm.metal3.kubeconfig, ("baremetal", "metal3", "kubeconfig"), ctx)
+
+
 def check_unique(items: Sequence[tuple[Path, str]], what: str, scope: str) -> Iterator[Finding]:
     """Names that must be unique within ``scope``; the second use is the error."""
     seen: set[str] = set()
@@ -370,6 +540,7 @@ def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
         profiles = dict(stack.tuning_profiles)
         profiles.setdefault("default", TuningProfile())
         yield from check_host_groups(stack.baremetal.host_groups, ctx, profiles)
+        yield from check_baremetal(stack.baremetal, ctx)
 
 
 def check_mig_config_names(layouts: Sequence[tuple[Path, str | None, MigLayout]]) -> Iterator[Finding]:
