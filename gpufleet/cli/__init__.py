@@ -1,10 +1,10 @@
 """The ``gpufleet`` command line: thin over the library (typer + rich), ``--json`` on every command.
 
 One module per command group: ``stack`` (validate, plan, render), ``audit``, ``mig``, ``topology``, ``lab``,
-``promote``; ``common`` holds what they share (exit codes, output, options, stack loading). Exit codes: 0 success, 1
-the input is wrong (an invalid stack, an unknown GPU), 2 usage errors (bad options, a stack name that names no
-file), 3 an internal error: any exception the commands do not turn into one of those is a bug, reported on one line
-(the traceback with ``--debug``), never as a bare traceback.
+``promote``, ``inventory``; ``common`` holds what they share (exit codes, output, options, stack loading). Exit
+codes: 0 success, 1 the input is wrong (an invalid stack, an unknown GPU), 2 usage errors (bad options, a stack name
+that names no file), 3 an internal error: any exception the commands do not turn into one of those is a bug,
+reported on one line (the traceback with ``--debug``), never as a bare traceback.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from gpufleet.cli import audit, size, stack
 from gpufleet.cli.catalog import catalog_app
 from gpufleet.cli.common import EXIT_CODES_HELP, EXIT_INTERNAL, err, out
 from gpufleet.cli.cost import cost
+from gpufleet.cli.inventory import inventory
 from gpufleet.cli.lab import lab_app
 from gpufleet.cli.mig import mig_app
 from gpufleet.cli.promote import promote_app
@@ -37,6 +38,7 @@ app = typer.Typer(
 for command in (stack.validate, stack.plan, stack.render, audit.audit, size.size):
     app.command()(command)
 app.command()(cost)
+app.command()(inventory)
 app.add_typer(mig_app, name="mig")
 app.add_typer(lab_app, name="lab")
 app.add_typer(topology_app, name="topology")

@@ -432,7 +432,7 @@ def check_host_engine(host: BaremetalHost, engine: str, path: Path) -> Iterator[
         )
     if boot.source == "disk":
         yield Finding(
-            (*bpath, "source"),
+            bpath,  # source disk is also the default, when boot: is not written
             "engine metal3 provisions the host with an image: use source pxe (redfish://) or virtual-media"
             " (redfish-virtualmedia://) with image_url and image_checksum",
         )
