@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any
@@ -113,6 +113,30 @@ def _partial_rule_findings(raw: dict[str, Any], context: rules.Context) -> Itera
             yield from rules.check_baremetal_hosts(hosts, groups, engine, context)
 
 
+def _read_config(config: Any, locator: Locator, at: Callable[[int, str, str], None]) -> tuple[dict[str, Any], set[str]]:
+    """The ``gpufleet:<section>`` values (plain data for the models) and the keys holding a Pulumi secret
+    (``KEY: {secure: ...}``, of any namespace); ``at`` is told what is wrong with a key."""
+    raw: dict[str, Any] = {}
+    secure: set[str] = set()
+    for key, value in config.items():
+        key_s = str(key)
+        line = locator.config_key_line(key)
+        namespace, sep, section = key_s.partition(":")
+        is_secret = _is_secure(value)
+        if is_secret:
+            secure.add(key_s)
+        if isinstance(value, dict) and "secure" in value and not is_secret:
+            at(line, key_s, "a secret is `secure: <ciphertext>` alone, as `pulumi config set --secret` writes it")
+        elif not sep:
+            at(line, key_s, f"config keys are namespaced: write '{NAMESPACE}:{key_s}'")
+        elif namespace == NAMESPACE:
+            if section in SECTIONS:
+                raw[section] = plain(value)
+            elif not is_secret:  # gpufleet:bmc_password: {secure: ...} is a secret the stack refers to
+                at(line, section, f"unknown key '{key_s}'; " + did_you_mean(section, SECTIONS))
+    return raw, secure
+
+
 def validate_document(
     doc: Any, file: str, *, catalog: Catalog | None = None, today: _dt.date | None = None
 ) -> LoadedStack:
@@ -144,24 +168,7 @@ def validate_document(
         return LoadedStack(file, name, None, diags)
     locator = Locator(config, first_key=lambda section: f"{NAMESPACE}:{section}")
 
-    raw: dict[str, Any] = {}
-    secure: set[str] = set()
-    for key, value in config.items():
-        key_s = str(key)
-        line = locator.config_key_line(key)
-        namespace, sep, section = key_s.partition(":")
-        is_secret = _is_secure(value)
-        if is_secret:
-            secure.add(key_s)
-        if isinstance(value, dict) and "secure" in value and not is_secret:
-            at(line, key_s, "a secret is `secure: <ciphertext>` alone, as `pulumi config set --secret` writes it")
-        elif not sep:
-            at(line, key_s, f"config keys are namespaced: write '{NAMESPACE}:{key_s}'")
-        elif namespace == NAMESPACE:
-            if section in SECTIONS:
-                raw[section] = plain(value)
-            elif not is_secret:  # gpufleet:bmc_password: {secure: ...} is a secret the stack refers to
-                at(line, section, f"unknown key '{key_s}'; " + did_you_mean(section, SECTIONS))
+    raw, secure = _read_config(config, locator, at)
     context = dataclasses.replace(
         context, secure_keys=frozenset(secure), plain_keys=frozenset(str(k) for k in config) - secure
     )
