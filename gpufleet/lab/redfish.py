@@ -1,37 +1,32 @@
 """The lab's BMCs: one ``sushy-emulator`` (OpenStack's Redfish emulator, libvirt driver) and a Redfish client.
 
 The emulator listens on 127.0.0.1 with HTTP basic auth (a bcrypt htpasswd file) and serves only the lab's
-domains (``SUSHY_EMULATOR_ALLOWED_INSTANCES``). The client is the same code a real region's BMCs would be driven
-with: ``GET /redfish/v1/Systems/<id>`` for the power state, ``POST .../Actions/ComputerSystem.Reset``.
+domains (``SUSHY_EMULATOR_ALLOWED_INSTANCES``). The client is :class:`gpufleet.bmc.Bmc` (sushy), the code a real
+region's BMCs are driven with: ``ComputerSystem`` power state, ``ComputerSystem.Reset`` among its allowed types.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import secrets
 import shutil
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpufleet.bmc import Bmc, BmcError, Endpoint, Inventory
 from gpufleet.lab.config import REDFISH_PORT, lab_dir, write_private
 from gpufleet.lab.virt import URI, alive, start_daemon, started_daemons
 
-RESET_TYPES = ("On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "PowerCycle")
+# A failed Redfish request, by the lab's name for it (one line; never the password).
+RedfishError = BmcError
 
 
 class RedfishUnavailable(RuntimeError):
     """The BMC path cannot be used here; the message says why."""
-
-
-class RedfishError(RuntimeError):
-    """A Redfish request failed."""
 
 
 @dataclass(frozen=True)
@@ -53,58 +48,38 @@ def credentials() -> Credentials:
 
 
 class Client:
-    """``retry_seconds``: how long a refused or reset connection is retried. The lab's one emulator restarts (for
-    a second or two) when a lab is added or removed, and labs run side by side (the lab tests and the Molecule
-    scenarios); a real BMC that resets its web server is the same case."""
+    """The lab's BMC through :class:`gpufleet.bmc.Bmc`, connected on first use. ``retry_seconds``: how long a
+    refused or reset connection is retried. The lab's one emulator restarts (for a second or two) when a lab is
+    added or removed, and labs run side by side (the lab tests and the Molecule scenarios); a real BMC that resets
+    its web server is the same case."""
 
     def __init__(self, creds: Credentials, timeout: float = 30, retry_seconds: float = 30) -> None:
         self.creds = creds
-        self.timeout = timeout
-        self.retry_seconds = retry_seconds
-        token = base64.b64encode(f"{creds.user}:{creds.password}".encode()).decode()
-        self.headers = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
-
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.creds.url + path, data=data, method=method, headers=self.headers)
-        deadline = time.monotonic() + self.retry_seconds
-        while True:
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    raw = resp.read()
-                break
-            except urllib.error.HTTPError as exc:
-                detail = exc.read().decode(errors="replace")[:300]
-                raise RedfishError(f"{method} {path}: HTTP {exc.code} {detail}") from None
-            except (urllib.error.URLError, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                if not isinstance(reason, ConnectionError) or time.monotonic() >= deadline:
-                    raise RedfishError(f"{method} {path}: {exc}") from None
-                time.sleep(0.5)  # the emulator is restarting: the same request again
-        return json.loads(raw) if raw.strip() else {}
+        endpoint = Endpoint(
+            creds.url,
+            creds.user,
+            creds.password,
+            connect_timeout=timeout,
+            read_timeout=timeout,
+            retry_seconds=retry_seconds,
+        )
+        self.bmc = Bmc(endpoint)
 
     def systems(self) -> list[str]:
-        members = self.request("GET", "/redfish/v1/Systems")["Members"]
-        return [m["@odata.id"].rsplit("/", 1)[-1] for m in members]
+        return self.bmc.system_ids()
 
-    def system(self, system_id: str) -> dict[str, Any]:
-        return self.request("GET", f"/redfish/v1/Systems/{system_id}")
+    def system(self, system_id: str) -> Inventory:
+        return self.bmc.inventory(system_id)
 
     def power_state(self, system_id: str) -> str:
-        return self.system(system_id).get("PowerState", "Unknown")
+        return self.bmc.power_state(system_id)
 
     def reset(self, system_id: str, reset_type: str) -> None:
-        if reset_type not in RESET_TYPES:
-            raise ValueError(f"reset type {reset_type!r}; valid: {', '.join(RESET_TYPES)}")
-        self.request("POST", f"/redfish/v1/Systems/{system_id}/Actions/ComputerSystem.Reset", {"ResetType": reset_type})
+        """``ComputerSystem.Reset``; a type the system does not allow is refused naming those it does."""
+        self.bmc.reset(system_id, reset_type)
 
     def wait_power(self, system_id: str, state: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.power_state(system_id) == state:
-                return
-            time.sleep(1)
-        raise RedfishError(f"system {system_id} did not reach power state {state} in {timeout:.0f} s")
+        self.bmc.wait_power(system_id, state, timeout)
 
 
 def _emulator() -> str:
