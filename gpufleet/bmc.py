@@ -280,12 +280,16 @@ class Bmc:
         self.close()
 
     def close(self) -> None:
-        """End the Redfish session (if the BMC gave one) and the HTTP session."""
-        with self._errors("closing the session"):
-            if self._auth is not None:
-                self._auth.close()
-            if self._conn is not None:
-                self._conn.close()
+        """End the Redfish session (if the BMC gave one) and the HTTP session; a BMC gone meanwhile is no error
+        (the session expires on its own)."""
+        try:
+            with self._errors("closing the session"):
+                if self._auth is not None:
+                    self._auth.close()
+                if self._conn is not None:
+                    self._conn.close()
+        except BmcError:
+            pass
         self._root = self._auth = self._conn = self._systems_at = None
 
     # -- errors ------------------------------------------------------------------------------------------
@@ -558,8 +562,12 @@ class Bmc:
     def power_on(self, system_id: str, timeout: float, progress: Progress | None = None) -> bool:
         """Power the system on (``On``, else ``ForceOn``) and wait; False when it already was."""
         system = self._system(system_id)
-        if _enum(system.power_state) == "On":
+        state = _enum(system.power_state)
+        if state == "On":
             return False
+        if state == "PoweringOn":
+            self.wait_power(system_id, "On", timeout, progress, "powering on")
+            return True
         allowed = self._reset_types(system)
         kind = "On" if "On" in allowed or "ForceOn" not in allowed else "ForceOn"
         if progress:
@@ -574,10 +582,18 @@ class Bmc:
         """Power the system off: ``GracefulShutdown`` (the OS shuts down) and, when it is still on after
         ``graceful_timeout``, ``ForceOff``. Returns ``already off``, ``graceful`` or ``forced``."""
         system = self._system(system_id)
-        if _enum(system.power_state) == "Off":
+        state = _enum(system.power_state)
+        if state == "Off":
             return "already off"
         allowed = self._reset_types(system)
-        if "GracefulShutdown" in allowed:
+        if state == "PoweringOff":
+            try:
+                self.wait_power(system_id, "Off", graceful_timeout, progress, "powering off")
+                return "graceful"
+            except BmcError as exc:
+                if exc.kind != "timeout":
+                    raise
+        elif "GracefulShutdown" in allowed:
             if progress:
                 progress(f"system {system_id}: reset GracefulShutdown (ForceOff after {graceful_timeout:.0f} s)")
             self.reset(system_id, "GracefulShutdown")
@@ -809,7 +825,8 @@ def facts_script(gpu_catalog: dict[str, Any]) -> str:
     from gpufleet import hostfacts
 
     source = Path(hostfacts.__file__).read_text()
-    return source + f"\nimport json as _j\nprint(_j.dumps(read_host('/', {json.dumps(gpu_catalog)})))\n"
+    catalog = json.dumps(json.dumps(gpu_catalog))  # a Python string literal holding the JSON
+    return source + f"\nimport json as _j\nprint(_j.dumps(read_host('/', _j.loads({catalog}))))\n"
 
 
 def run_facts_script(argv: list[str], script: str, timeout: float) -> dict[str, Any]:
