@@ -548,3 +548,44 @@ def test_the_running_hosts_facts_are_held_to_the_expected_hardware(catalog):
         f"{facts.memory_gib:g} GiB of memory seen by the OS (expected 4096 GiB installed)",
         "2 NUMA nodes (expected 4)",
     ]
+
+
+# -- the resource as the Pulumi engine sees it ---------------------------------------------------------------------
+def test_the_password_reaches_the_engine_as_a_secret_and_the_serialized_provider_holds_none():
+    import base64
+
+    import pulumi
+    from pulumi.runtime import rpc
+
+    from infra.baremetal.provider import BareMetalHost
+
+    registered: dict[str, dict[str, Any]] = {}
+
+    class Record(pulumi.runtime.Mocks):
+        def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+            registered[args.typ] = dict(args.inputs)
+            return f"id-{args.name}", dict(args.inputs)
+
+        def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+            return {}
+
+    password = "Pw-" + secrets.token_urlsafe(12)
+    pulumi.runtime.set_mocks(Record(), project="gpufleet", stack="lab-local", preview=False)
+    seen: dict[str, Any] = {}
+
+    def keep(values: list[Any]) -> None:
+        seen.update(secret=values[0], key=values[1])
+
+    @pulumi.runtime.test
+    def evaluate() -> pulumi.Output[Any]:
+        inputs = HostInputs("gpu-a01", "h100", "https://10.0.0.11", USER, CONFIG_KEY, system_id="1")
+        resource = BareMetalHost("gpu-a01", inputs, password=password)
+        return pulumi.Output.all(resource.password.is_secret(), resource.bmc_password_key).apply(keep)
+
+    evaluate()
+    bag = registered["pulumi-python:dynamic/gpufleet:BareMetalHost"]
+    assert seen == {"secret": True, "key": CONFIG_KEY}
+    # the engine gets the password wrapped as a secret (Pulumi's signature key and its secret signature)
+    assert bag["password"] == {rpc._special_sig_key: rpc._special_secret_sig, "value": password}
+    provider_blob = bag["__provider"]["value"] if isinstance(bag["__provider"], dict) else bag["__provider"]
+    assert password.encode() not in base64.b64decode(provider_blob)
