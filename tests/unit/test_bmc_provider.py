@@ -60,6 +60,7 @@ SYSTEMS = {
     "vmedia": ("a0000000-0000-4000-8000-000000000006", "Off"),
     "wipe": ("a0000000-0000-4000-8000-000000000007", "On"),
     "errors": ("a0000000-0000-4000-8000-000000000008", "Off"),
+    "force": ("a0000000-0000-4000-8000-000000000009", "On"),
 }
 BOOT_MAC = "52:54:00:aa:00:01"
 DRIVE = "32ADF365C6C1B7BD"
@@ -347,6 +348,17 @@ def test_a_disk_wipe_the_bmc_cannot_do_is_refused_before_anything_changes(emulat
         " Drive.SecureErase (wipe them another way, e.g. Ironic cleaning, or set wipe_disks_on_delete: false)"
     )
     assert power_of(emulator, "wipe") == "On"
+
+
+def test_a_host_still_on_after_the_graceful_timeout_is_forced_off(emulator: Emulator):
+    lines: list[str] = []
+    with bmc(emulator) as b:
+        how = b.power_off(SYSTEMS["force"][0], graceful_timeout=0, timeout=20, progress=lines.append)
+        assert b.power_off(SYSTEMS["force"][0], graceful_timeout=0, timeout=20) == "already off"
+    assert how == "forced" and power_of(emulator, "force") == "Off"
+    sid = SYSTEMS["force"][0]
+    assert lines[0] == f"system {sid}: reset GracefulShutdown (ForceOff after 0 s)"
+    assert f"system {sid}: reset ForceOff" in lines[1:]
 
 
 # -- errors: one line each, never the password -----------------------------------------------------------------
