@@ -22,7 +22,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -253,6 +253,13 @@ def _enum(value: Any) -> str | None:
     return str(getattr(value, "value", value))
 
 
+def _boot_override(boot: Any) -> BootOverride:
+    """sushy's Boot field (None where the system has no Boot object) as a :class:`BootOverride`."""
+    if boot is None:
+        return BootOverride(None, None, None, ())
+    return BootOverride(_enum(boot.target), _enum(boot.enabled), _enum(boot.mode), tuple(boot.allowed_values or ()))
+
+
 def _hex(value: Any) -> str | None:
     if not isinstance(value, str) or not value.strip():
         return None
@@ -396,12 +403,12 @@ class Bmc:
         raise BmcError("mismatch", f"{len(matches)} systems with serial {serial!r} at {self.url} ({listed})")
 
     # -- inventory ---------------------------------------------------------------------------------------
-    def inventory(self, system_id: str) -> Inventory:
+    def inventory(self, system_id: str, devices: bool = True) -> Inventory:
         """What the BMC says about the system: identity, power, processors, memory, PCIe devices, NICs, boot
-        override (with its allowed targets), reset types, virtual media."""
+        override (with its allowed targets), reset types, virtual media. ``devices=False`` leaves out processors,
+        PCIe devices and NICs (a request per device; None and () then)."""
         system = self._system(system_id)
         with self._errors(f"reading system {system_id}"):
-            boot = system.boot
             summary = system.json.get("ProcessorSummary") or {}
             return Inventory(
                 system_id=str(system.identity),
@@ -413,15 +420,23 @@ class Bmc:
                 power=_enum(system.power_state) or "Unknown",
                 cpu_count=summary.get("Count") if isinstance(summary.get("Count"), int) else None,
                 memory_gib=system.memory_summary.size_gib if system.memory_summary else None,
-                processors=self._processors(system),
-                pcie_devices=self._pcie_devices(system),
-                macs=self._macs(system),
-                boot=BootOverride(
-                    target=_enum(boot.target) if boot else None,
-                    enabled=_enum(boot.enabled) if boot else None,
-                    mode=_enum(boot.mode) if boot else None,
-                    allowed_targets=tuple(boot.allowed_values or ()) if boot else (),
-                ),
+                processors=self._processors(system) if devices else None,
+                pcie_devices=self._pcie_devices(system) if devices else None,
+                macs=self._macs(system) if devices else (),
+                boot=_boot_override(system.boot),
+                reset_types=self._reset_types(system),
+                virtual_media=tuple(self._media_view(m) for m in self._media(system)),
+            )
+
+    def refresh(self, inv: Inventory) -> Inventory:
+        """``inv`` with what changes while a box stays the same box read again: power state, boot override, reset
+        types, virtual media (the processor and PCIe walk of :meth:`inventory` costs a request per device)."""
+        system = self._system(inv.system_id)
+        with self._errors(f"reading system {inv.system_id}"):
+            return replace(
+                inv,
+                power=_enum(system.power_state) or "Unknown",
+                boot=_boot_override(system.boot),
                 reset_types=self._reset_types(system),
                 virtual_media=tuple(self._media_view(m) for m in self._media(system)),
             )

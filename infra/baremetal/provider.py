@@ -415,7 +415,7 @@ class BareMetalHostProvider(ResourceProvider):
             unverified = self._claim(host, bmc, inv)
             self._say(f"{host.name}: claimed system {sid} at {bmc.url} (power {inv.power})")
             facts, by_facts = self._converge(bmc, host, inv, previous=None)
-            inv = bmc.inventory(sid)
+            inv = bmc.refresh(inv)
             host_facts = facts.to_dict() if facts else None
             outs = self._outputs(host, bmc, inv, host_facts, unverified if by_facts is None else by_facts)
         return CreateResult(outs["system_path"], outs)
@@ -436,7 +436,7 @@ class BareMetalHostProvider(ResourceProvider):
             sid = str(olds["resolved_system_id"])
             inv = bmc.inventory(sid)
             facts, by_facts = self._converge(bmc, host, inv, previous)
-            inv = bmc.inventory(sid)
+            inv = bmc.refresh(inv)
             kept = olds.get("facts") or {}
             host_facts = facts.to_dict() if facts else kept.get("host")
             unverified = by_facts if by_facts is not None else list(olds.get("unverified") or [])
@@ -447,7 +447,7 @@ class BareMetalHostProvider(ResourceProvider):
         host = self._inputs(props)
         with self._bmc(host, props) as bmc:
             try:
-                inv = bmc.inventory(str(props["resolved_system_id"]))
+                inv = bmc.inventory(str(props["resolved_system_id"]), devices=False)
             except BmcError as exc:
                 if exc.kind == "not-found":
                     return ReadResult("", {})  # the BMC no longer has the system: gone from the state too

@@ -432,6 +432,7 @@ def test_an_unreachable_bmc_is_one_line():
         b.system_ids()
     assert err.value.kind == "unreachable"
     assert str(err.value) == f"BMC http://127.0.0.1:{port} unreachable (connection refused)"
+    assert "secret-pw" not in repr(b.endpoint) + repr(err.value)
 
 
 def test_the_inventory_reads_power_boot_nics_and_virtual_media(emulator: Emulator):
