@@ -52,6 +52,7 @@ from pulumi.dynamic import (
     ResourceProvider,
     UpdateResult,
 )
+from pulumi.runtime import rpc
 
 from gpufleet.bmc import (
     BOOT_MODES,
@@ -252,7 +253,7 @@ class BareMetalHostProvider(ResourceProvider):
 
     # -- plumbing ----------------------------------------------------------------------------------------
     def _password(self, host: HostInputs, props: dict[str, Any]) -> str:
-        given = props.get("password")
+        given = rpc.unwrap_rpc_secret(props.get("password"))  # plain, unless an engine sends secrets marked
         if isinstance(given, str) and given:
             return given
         key = host.bmc_password_key

@@ -283,6 +283,14 @@ def test_the_same_inputs_again_are_no_change_and_only_identity_changes_replace(e
     assert other_box.delete_before_replace is True
 
 
+def test_a_password_that_arrives_marked_secret_is_used_unwrapped(emulator: Emulator):
+    from pulumi.runtime import rpc
+
+    bag = host(emulator, "errors", power="off").to_props() | {"password": rpc.wrap_rpc_secret(emulator.password)}
+    outs = provider(emulator, configured=False).create(bag).outs
+    assert outs["power"] == "off" and power_of(emulator, "errors") == "Off"
+
+
 def test_update_to_power_off_shuts_the_host_down(emulator: Emulator):
     p, inputs = provider(emulator), host(emulator, "update")
     outs = p.create(props(emulator, inputs)).outs
