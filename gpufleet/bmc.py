@@ -624,15 +624,20 @@ class Bmc:
         self.wait_power(system_id, "Off", timeout, progress, "ForceOff")
         return "forced"
 
-    def set_boot_override(self, system_id: str, target: str, mode: str = "UEFI", once: bool = True) -> None:
-        """Boot ``target`` (Pxe, Hdd, Cd...) in ``mode`` at the next boot (``once``) or every boot. A target or
-        mode the system does not list in its AllowableValues is refused before anything is sent."""
+    def set_boot_override(self, system_id: str, target: str, mode: str = "UEFI", once: bool = True) -> str | None:
+        """Boot ``target`` (Pxe, Hdd, Cd...) at the next boot (``once``) or every boot, in ``mode``. A target or
+        mode the system does not list in its AllowableValues is refused before anything is sent.
+
+        The mode is sent only when the system reports another one: a BMC that reports none (sushy-emulator's
+        libvirt driver for a BIOS guest) would rewrite the machine's firmware for it. Returns the mode sent (None:
+        left as it was)."""
         import sushy
 
         system = self._system(system_id)
         with self._errors(f"reading the boot settings of system {system_id}"):
             allowed = tuple(system.boot.allowed_values or ()) if system.boot else ()
             modes = (system.json.get("Boot") or {}).get("BootSourceOverrideMode@Redfish.AllowableValues") or ()
+            current = _enum(system.boot.mode) if system.boot else None
         if allowed and target not in allowed:
             raise BmcError(
                 "unsupported",
@@ -644,12 +649,14 @@ class Bmc:
                 "unsupported",
                 f"system {system_id} at {self.url} has no boot mode {mode!r} (allowed: {', '.join(modes)})",
             )
+        send = mode if current is not None and current != mode else None
         with self._errors(f"setting the boot override of system {system_id} to {target} ({mode})"):
             system.set_system_boot_options(
                 target=sushy.BootSource(target),
                 enabled=sushy.BootSourceOverrideEnabled("Once" if once else "Continuous"),
-                mode=sushy.BootSourceOverrideMode(mode),
+                mode=sushy.BootSourceOverrideMode(send) if send else None,
             )
+        return send
 
     def _cd_slot(self, system_id: str) -> Any:
         system = self._system(system_id)

@@ -330,8 +330,9 @@ class BareMetalHostProvider(ResourceProvider):
                 media = bmc.insert_media(sid, host.boot.image_url)
                 self._say(f"{host.name}: virtual media {media.id}: {media.image}")
             target = BOOT_TARGETS[host.boot.source]
-            bmc.set_boot_override(sid, target, host.boot.mode, once=True)
-            self._say(f"{host.name}: next boot from {target} ({host.boot.mode}), once; powering on")
+            sent = bmc.set_boot_override(sid, target, host.boot.mode, once=True)
+            mode = f"{sent}, set now" if sent else (inv.boot.mode or "the mode the BMC does not report, left as is")
+            self._say(f"{host.name}: next boot from {target} ({mode}), once; powering on")
             bmc.power_on(sid, t.power_s, self._say)
         elif host.power == "on" and previous is not None and previous.boot != host.boot:
             self._say(f"{host.name}: is on; the new boot settings apply when gpufleet next powers it on")

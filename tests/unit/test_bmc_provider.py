@@ -369,6 +369,15 @@ def test_a_host_still_on_after_the_graceful_timeout_is_forced_off(emulator: Emul
     assert f"system {sid}: reset ForceOff" in lines[1:]
 
 
+def test_the_boot_mode_is_sent_only_when_the_system_reports_another(emulator: Emulator):
+    sid = SYSTEMS["force"][0]
+    with bmc(emulator) as b:
+        assert b.set_boot_override(sid, "Hdd", "UEFI") is None  # the fake reports UEFI already
+        assert b.set_boot_override(sid, "Pxe", "Legacy") == "Legacy"
+    boot = redfish(emulator, f"/redfish/v1/Systems/{sid}")["Boot"]
+    assert (boot["BootSourceOverrideTarget"], boot["BootSourceOverrideMode"]) == ("Pxe", "Legacy")
+
+
 # -- errors: one line each, never the password -----------------------------------------------------------------
 def test_a_wrong_password_is_one_line_naming_the_user_never_the_password(
     emulator: Emulator, caplog: pytest.LogCaptureFixture
