@@ -8,17 +8,24 @@ registered; so does a stack whose cluster fails a high or medium rule of the AKS
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pulumi
 
 from gpufleet.baseline import audit
-from gpufleet.catalog import load_catalog
+from gpufleet.bmc import ExpectedHardware
+from gpufleet.catalog import Catalog, load_catalog
+from gpufleet.inventory import from_hosts, host_entry
+from gpufleet.metal3 import hosts_from_stack
 from gpufleet.plan import StackPlan, plan_stack
 from gpufleet.spec import StackNotFound, load_stack, resolve_stack
+from gpufleet.spec.models import BaremetalHost
 from infra.aks import ClusterArgs, GpuPool, GpuPoolArgs, RegionalGpuCluster
+from infra.baremetal import secret_config
+from infra.baremetal.metal3 import Metal3Hosts, Metal3HostsArgs, passwords_from_config
+from infra.baremetal.provider import BareMetalHost, BootSpec, HostInputs, SshSpec
 from infra.gpu_software import GpuSoftware, GpuSoftwareArgs
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -39,14 +46,15 @@ def load(stack_name: str, root: Path = PROJECT_ROOT) -> StackPlan:
     if not loaded.ok or loaded.stack is None:
         lines = "\n".join(str(d) for d in loaded.diagnostics)
         raise InvalidStack(f"stack {stack_name} is invalid; nothing was changed:\n{lines}")
-    if loaded.stack.aks is None:
+    bm = loaded.stack.baremetal
+    if loaded.stack.aks is None and (bm is None or not bm.hosts):
         raise InvalidStack(
-            f"stack {stack_name} has no gpufleet:aks; its bare-metal hosts are configured with Ansible"
-            " (ansible/site.yml), not with Pulumi"
+            f"stack {stack_name} has no gpufleet:aks and no gpufleet:baremetal.hosts: nothing for Pulumi to create;"
+            " its bare-metal hosts are converged with Ansible (ansible/site.yml, inventory from gpufleet inventory)"
         )
     plan = plan_stack(loaded.stack, catalog)
     # the secure baseline is the default: a cluster with unwaived high or medium failures is not built
-    blocking = audit(plan).blocking
+    blocking = audit(plan).blocking if plan.cluster is not None else []
     if blocking:
         lines = "\n".join(str(loaded.place(r.rule.setting, r.message)) for r in blocking)
         raise InvalidStack(
@@ -60,9 +68,11 @@ def load(stack_name: str, root: Path = PROJECT_ROOT) -> StackPlan:
 class Program:
     """What the program built (the tests inspect it)."""
 
-    cluster: RegionalGpuCluster
-    pools: list[GpuPool]
-    software: GpuSoftware
+    cluster: RegionalGpuCluster | None = None
+    pools: list[GpuPool] = field(default_factory=list)
+    software: GpuSoftware | None = None
+    hosts: list[BareMetalHost] = field(default_factory=list)  # engine redfish: one per stack host
+    metal3: Metal3Hosts | None = None  # engine metal3
 
 
 def pool_outputs(plan: StackPlan) -> list[dict[str, Any]]:
@@ -80,9 +90,77 @@ def pool_outputs(plan: StackPlan) -> list[dict[str, Any]]:
     ]
 
 
+def host_inputs(host: BaremetalHost, catalog: Catalog) -> HostInputs:
+    """A stack host as the Redfish provider's typed inputs (the password is passed apart, as a secret)."""
+    expected = host.expected
+    gpu = catalog.find_gpu(expected.gpu_model) if expected.gpu_model else None
+    return HostInputs(
+        name=host.name,
+        host_group=host.host_group,
+        bmc_address=host.bmc.address,
+        bmc_username=host.bmc.username,
+        bmc_password_key=host.bmc.password.secret,
+        bmc_verify_tls=host.bmc.verify_tls,
+        system_id=host.system_id,
+        serial=host.serial,
+        boot=BootSpec(
+            source=host.boot.source,
+            mode=host.boot.mode,
+            image_url=host.boot.image_url,
+            image_checksum=host.boot.image_checksum,
+        ),
+        power=host.power,
+        ssh=SshSpec(address=host.ssh.address, port=host.ssh.port),
+        boot_mac=host.boot_mac,
+        expected=ExpectedHardware(
+            gpu_model=gpu.name if gpu else None,
+            gpu_count=expected.gpu_count,
+            numa_nodes=expected.numa_nodes,
+            memory_gib=expected.memory_gib,
+        ),
+        wipe_disks_on_delete=host.wipe_disks_on_delete,
+    )
+
+
+def build_baremetal(plan: StackPlan, program: Program) -> None:
+    """The stack's BMC-managed hosts: one BareMetalHost each (engine redfish: the program drives the BMCs), or
+    Metal3 BareMetalHosts on the management cluster (engine metal3); the Ansible inventory of the hosts as an
+    output either way (``gpufleet inventory`` writes the same from the stack file)."""
+    bm = plan.baremetal
+    assert bm is not None
+    if bm.engine == "metal3":
+        assert bm.metal3 is not None
+        hosts = hosts_from_stack(bm.hosts, bm.metal3.namespace)
+        program.metal3 = Metal3Hosts(
+            "metal3",
+            Metal3HostsArgs(
+                hosts=hosts,
+                kubeconfig=secret_config(bm.metal3.kubeconfig.secret),
+                passwords=passwords_from_config(hosts),
+            ),
+        )
+        pulumi.export("baremetal_hosts", {name: r.status for name, r in program.metal3.hosts.items()})
+    else:
+        catalog = load_catalog()
+        for host in bm.hosts:
+            program.hosts.append(
+                BareMetalHost(host.name, host_inputs(host, catalog), password=secret_config(host.bmc.password.secret))
+            )
+        pulumi.export(
+            "baremetal_hosts",
+            {h.name: {"power": r.power, "facts": r.facts} for h, r in zip(bm.hosts, program.hosts, strict=True)},
+        )
+    groups = [g.name for g in plan.host_groups]
+    pulumi.export("inventory", from_hosts(groups, (host_entry(h) for h in bm.hosts)).to_dict())
+
+
 def build(plan: StackPlan) -> Program:
     """The stack's resources, each mapped from its part of the plan."""
-    assert plan.cluster is not None
+    program = Program()
+    if plan.baremetal is not None and plan.baremetal.hosts:
+        build_baremetal(plan, program)
+    if plan.cluster is None:
+        return program
     cluster = RegionalGpuCluster(plan.cluster.name, ClusterArgs(plan=plan.cluster))
     pools = [GpuPool(p.name, GpuPoolArgs(plan=p, cluster=cluster)) for p in plan.pools]
     release = plan.cluster.gpu_software
@@ -98,7 +176,8 @@ def build(plan: StackPlan) -> Program:
     pulumi.export("pools", pool_outputs(plan))
     pulumi.export("gpu_software", {"chart": release.chart, "version": release.version, "namespace": release.namespace})
     pulumi.export("kubeconfig", cluster.kubeconfig)
-    return Program(cluster=cluster, pools=pools, software=software)
+    program.cluster, program.pools, program.software = cluster, pools, software
+    return program
 
 
 def main(stack_name: str | None = None, root: Path = PROJECT_ROOT) -> Program:

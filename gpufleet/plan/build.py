@@ -337,6 +337,9 @@ def baremetal_plan(stack: Stack, host_groups: tuple[HostGroupPlan, ...], layouts
         rollout=bm.rollout,
         mig_parted_config=mig_config,
         releases=baremetal_releases(stack.release.model_dump(), host_groups, mig_config),
+        engine=bm.engine,
+        hosts=tuple(bm.hosts),
+        metal3=bm.metal3,
     )
 
 

@@ -17,6 +17,8 @@ from pydantic import BaseModel
 from gpufleet.gpu_software import ChartRelease
 from gpufleet.spec.models import (
     AutoscalerProfile,
+    BaremetalHost,
+    Metal3Settings,
     Network,
     PoolTuning,
     Rollout,
@@ -223,6 +225,9 @@ class BaremetalPlan:
     rollout: Rollout
     mig_parted_config: dict[str, Any] | None
     releases: dict[str, ChartRelease]
+    engine: Literal["redfish", "metal3"] = "redfish"  # who drives the hosts' BMCs: the program, or Metal3/Ironic
+    hosts: tuple[BaremetalHost, ...] = ()  # the BMC-managed servers the Pulumi program creates (validated)
+    metal3: Metal3Settings | None = None  # engine metal3: the management cluster and namespace
 
 
 @dataclass(frozen=True)

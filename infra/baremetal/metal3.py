@@ -31,6 +31,7 @@ from pulumi_kubernetes.apiextensions import CustomResource
 from pulumi_kubernetes.apiextensions.CustomResource import CustomResourceArgs
 
 from gpufleet.metal3 import API_VERSION, KIND, Metal3Host, bare_metal_host, host_status, secret_data
+from infra.baremetal import secret_config
 
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 # Changes the operator refuses in place (see the module docstring): the host is replaced instead.
@@ -77,12 +78,6 @@ class Metal3HostResources:
     secret: k8s.core.v1.Secret
     host: BareMetalHostResource
     status: pulumi.Output[dict[str, Any]]  # HostStatus.to_outputs()
-
-
-def secret_config(key: str) -> pulumi.Output[str]:
-    """A stack's secret config value by its full key (``gpufleet:bmc_password``), as a secret ``Output``."""
-    namespace, _, name = key.rpartition(":")
-    return pulumi.Config(namespace or None).require_secret(name)
 
 
 def passwords_from_config(hosts: Sequence[Metal3Host]) -> dict[str, pulumi.Output[str]]:

@@ -168,9 +168,10 @@ def test_an_invalid_stack_fails_with_the_validators_message_before_any_resource(
     assert recorder.resources == []
 
 
-def test_a_bare_metal_stack_is_refused_with_the_reason(tmp_path: Path):
+def test_a_stack_without_aks_or_bmc_managed_hosts_is_refused_with_the_reason(tmp_path: Path):
     recorder = Recorder()
-    with pytest.raises(InvalidStack, match=r"lab-local has no gpufleet:aks; .*Ansible"):
+    refusal = r"lab-local has no gpufleet:aks and no gpufleet:baremetal\.hosts: .*Ansible"
+    with pytest.raises(InvalidStack, match=refusal):
         run_program("lab-local", REPO, recorder)
     assert recorder.resources == []
 
