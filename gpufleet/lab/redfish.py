@@ -19,10 +19,12 @@ from typing import Any
 
 from gpufleet.bmc import Bmc, BmcError, Endpoint, Inventory
 from gpufleet.lab.config import REDFISH_PORT, lab_dir, write_private
-from gpufleet.lab.virt import URI, alive, start_daemon, started_daemons
+from gpufleet.lab.virt import URI, alive, start_daemon, started_daemons, virsh
 
 # A failed Redfish request, by the lab's name for it (one line; never the password).
 RedfishError = BmcError
+# The libvirt storage pool of the virtual media the lab's BMC inserts.
+MEDIA_POOL = "gpufleet-media"
 
 
 class RedfishUnavailable(RuntimeError):
@@ -103,8 +105,22 @@ def _write_config(uuids: list[str], creds: Credentials) -> Path:
         f"SUSHY_EMULATOR_AUTH_FILE = '{htpasswd}'\n"
         f"SUSHY_EMULATOR_LIBVIRT_URI = '{URI}'\n"
         f"SUSHY_EMULATOR_ALLOWED_INSTANCES = {sorted(uuids)!r}\n"
+        f"SUSHY_EMULATOR_STORAGE_POOL = '{MEDIA_POOL}'\n"
     )
     return config
+
+
+def ensure_media_pool() -> None:
+    """The libvirt storage pool the emulator puts virtual media images in (a directory under the lab's cache): a
+    BMC's VirtualMedia.InsertMedia downloads the image and attaches it to the domain as a CD-ROM."""
+    if virsh("pool-info", MEDIA_POOL, check=False).returncode == 0:
+        if "running" not in virsh("pool-info", MEDIA_POOL).stdout:
+            virsh("pool-start", MEDIA_POOL)
+        return
+    target = lab_dir() / "media"
+    target.mkdir(parents=True, exist_ok=True)
+    virsh("pool-define-as", MEDIA_POOL, "dir", "--target", str(target))
+    virsh("pool-start", MEDIA_POOL)
 
 
 def ensure_emulator(uuids: list[str], progress: Any) -> Client:
@@ -135,6 +151,7 @@ def ensure_emulator(uuids: list[str], progress: Any) -> Client:
             )
         except RedfishError:
             pass
+    ensure_media_pool()
     config = _write_config(wanted, creds)
 
     def answers(_pid: int) -> bool:

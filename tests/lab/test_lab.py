@@ -7,18 +7,28 @@ after a Redfish power cycle of one host changes nothing; a host powered off mid-
 
 from __future__ import annotations
 
+import functools
+import http.server
 import subprocess
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pulumi.dynamic import Config, ConfigureRequest
 
+from gpufleet.bmc import BmcError, ExpectedHardware
 from gpufleet.lab import image, redfish, ssh, virt
 from gpufleet.lab.ansible_run import PlaybookResult, run_playbook
+from gpufleet.lab.config import SHAPE
 from gpufleet.lab.job import load_record
 from gpufleet.lab.report import host_report
 from gpufleet.spec import load_stack
+from infra.baremetal.provider import BareMetalHostProvider, HostInputs, SshSpec, Timeouts
 from tests.conftest import REPO
 
 STACK = "lab-local"
@@ -71,6 +81,58 @@ def remote(host, command: str) -> str:
 
 def stack():
     return load_stack(REPO / f"Pulumi.{STACK}.yaml").stack
+
+
+# The lab's BMC through the Pulumi program's BareMetalHost provider, its CRUD called directly (no Pulumi CLI here):
+# the engine hands create/update the secret password unwrapped, and delete/read find it in the stack config by key.
+PASSWORD_KEY = "gpufleet:bmc_password"
+
+
+def provider(creds: redfish.Credentials, lines: list[str]) -> BareMetalHostProvider:
+    p = BareMetalHostProvider(progress=lines.append)
+    p.configure(ConfigureRequest(Config({PASSWORD_KEY: creds.password}, "gpufleet")))
+    return p
+
+
+def host_inputs(host, creds: redfish.Credentials, **changes) -> HostInputs:
+    """A lab host as a stack would describe it: claimed by its system id (sushy-emulator reports no serial), SSH
+    with the lab's key so the provider reads its facts; a graceful power-off gets 1 s before ForceOff."""
+    inputs = HostInputs(
+        name=host.name,
+        host_group="lab",
+        bmc_address=creds.url,
+        bmc_username=creds.user,
+        bmc_password_key=PASSWORD_KEY,
+        system_id=host.uuid,
+        ssh=SshSpec("127.0.0.1", host.ssh_port, "root", str(image.ssh_key())),
+        expected=ExpectedHardware(numa_nodes=len(SHAPE.node_mib)),
+        timeouts=Timeouts(power_s=120, graceful_off_s=1, ssh_s=420, facts_s=120),
+    )
+    return replace(inputs, **changes)
+
+
+def props(inputs: HostInputs, password: str) -> dict:
+    return inputs.to_props() | {"password": password}
+
+
+def media(client: redfish.Client, system_id: str) -> list[tuple[str, str]]:
+    """The virtual media the BMC reports an image in, as Redfish shows them."""
+    return [(m.id, m.image) for m in client.bmc.inventory(system_id, devices=False).virtual_media if m.image]
+
+
+@contextmanager
+def served(data: bytes) -> Iterator[str]:
+    """A URL serving ``data`` on 127.0.0.1 (an image for virtual media), stopped afterwards."""
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "boot.iso").write_bytes(data)
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=d)
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}/boot.iso"
+        finally:
+            server.shutdown()
+            server.server_close()
 
 
 def profile():
@@ -156,14 +218,44 @@ class TestLab:
         finally:
             remote(host, f"echo 64 > {pages}")
 
+    def test_bare_metal_host_create_boots_a_powered_off_host_through_redfish_with_its_facts(self, lab_hosts, capfd):
+        """The BareMetalHost provider's CRUD against the lab's BMC: wrong password and wrong serial refused in one
+        line before anything changes; create on a powered-off host boots it and returns the VM's facts; the same
+        inputs again are no change; virtual media inserted and ejected show in Redfish; no password in any log."""
+        hosts = lab_hosts["result"].hosts
+        creds = redfish.credentials()
+        client = redfish.Client(creds)
+        cycled, lines = hosts[0], []
+        p, inputs = provider(creds, lines), host_inputs(hosts[0], creds)
+        wrong = "not-the-" + creds.password[:4]
+        with pytest.raises(BmcError, match=r"refused user .* logging in \(HTTP 401") as denied:
+            p.create(props(inputs, wrong))
+        with pytest.raises(BmcError, match=r"reports no SerialNumber; expected serial 'SN-WRONG-BOX'"):
+            p.create(props(replace(inputs, serial="SN-WRONG-BOX"), creds.password))
+        assert wrong not in str(denied.value) and client.power_state(cycled.uuid) == "On"
+        client.reset(cycled.uuid, "ForceOff")  # a new box in the rack: powered off
+        client.wait_power(cycled.uuid, "Off")
+        outs = p.create(props(inputs, creds.password)).outs
+        assert outs["power"] == "on" and client.power_state(cycled.uuid) == "On"
+        assert any("powering on" in line for line in lines) and any("SSH answers" in line for line in lines)
+        facts = outs["facts"]["host"]
+        assert (facts["numa_nodes"], facts["cpus"]) == (len(SHAPE.node_mib), SHAPE.vcpus)
+        assert 0.85 * SHAPE.memory_mib / 1024 < facts["memory_gib"] <= SHAPE.memory_mib / 1024
+        nvme = [d for d in facts["sriov_devices"] if d["pci_id"] == "1b36:0010"]  # QEMU's NVMe controller
+        assert [(d["numa_node"], d["sriov_totalvfs"]) for d in nvme] == [(SHAPE.sriov_node, SHAPE.sriov_vfs)]
+        assert p.diff(outs["system_path"], outs, props(inputs, creds.password)).changes is False
+        with served(b"\0" * 2048) as url:
+            client.bmc.insert_media(cycled.uuid, url)
+            assert media(client, cycled.uuid) == [("Cd", url)]
+            client.bmc.eject_media(cycled.uuid, url)
+            assert media(client, cycled.uuid) == []
+        shown = "\n".join(lines) + "".join(capfd.readouterr())
+        assert creds.password not in shown and wrong not in shown
+        self.state["crud"] = (p, outs, inputs)
+
     def test_power_cycle_through_redfish_then_make_lab_changes_nothing_and_verifies(self, lab_hosts):
         hosts = lab_hosts["result"].hosts
-        client = redfish.Client(redfish.credentials())
-        cycled = hosts[0]
-        client.reset(cycled.uuid, "ForceOff")
-        client.wait_power(cycled.uuid, "Off")
-        client.reset(cycled.uuid, "On")
-        client.wait_power(cycled.uuid, "On")
+        cycled = hosts[0]  # powered off and on again through Redfish by the test above
         ssh.wait(image.ssh_key(), cycled.ssh_port, 420)
         # the re-converge is the README's `make lab` (gpufleet lab run: up, site.yml, verify, phases) on these hosts
         inventory = lab_hosts["inventory"].with_name("make-lab-hosts.yml")
@@ -223,15 +315,33 @@ class TestLab:
                 running.set()
 
         thread = threading.Thread(target=lambda: holder.setdefault("r", converge(lab_hosts, progress=progress)))
+        creds = redfish.credentials()
+        lines: list[str] = []
+        retire = provider(creds, lines)
+        # claimed as it runs (no boot: a host that is on keeps running), then retired mid-run
+        unkeyed = host_inputs(victim, creds, ssh=SshSpec("127.0.0.1", victim.ssh_port))  # no key: no facts read
+        claimed = retire.create(props(unkeyed, creds.password)).outs
         thread.start()
         assert running.wait(600), "the play never reached the roles"
-        client.reset(victim.uuid, "ForceOff")
+        state = {k: v for k, v in claimed.items() if k != "password"}  # delete gets the outputs: no password there
+        retire.delete(claimed["system_path"], state)  # `pulumi destroy` of the host mid-run: graceful, then ForceOff
+        assert client.power_state(victim.uuid) == "Off" and any("powered off" in line for line in lines)
         thread.join(1800)
         result = holder["r"]
         assert result.recap[survivor.name]["failed"] == 0 and result.recap[survivor.name]["unreachable"] == 0
         assert result.recap[victim.name]["unreachable"] > 0 or result.recap[victim.name]["failed"] > 0
         # the survivor went through the whole play, verification included
         assert "Verify SR-IOV" in result.output
+
+    def test_bare_metal_host_update_to_power_off_shuts_the_host_down(self, lab_hosts):
+        p, outs, inputs = self.state["crud"]
+        creds = redfish.credentials()
+        off = replace(inputs, power="off")
+        assert p.diff(outs["system_path"], outs, props(off, creds.password)).changes is True
+        updated = p.update(outs["system_path"], outs, props(off, creds.password)).outs
+        assert updated["power"] == "off" and redfish.Client(creds).power_state(inputs.system_id) == "Off"
+        refreshed = p.read(outs["system_path"], {k: v for k, v in updated.items() if k != "password"})
+        assert refreshed.outs["power"] == "off"  # `pulumi refresh` reads the BMC: no drift
 
 
 def test_lab_without_libvirt_uses_qemu_directly_and_says_redfish_is_unavailable(monkeypatch, tmp_path: Path):
