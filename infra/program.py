@@ -8,11 +8,14 @@ registered; so does a stack whose cluster fails a high or medium rule of the AKS
 
 from __future__ import annotations
 
+import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pulumi
+from pulumi_command import local
 
 from gpufleet.baseline import audit
 from gpufleet.bmc import ExpectedHardware
@@ -73,6 +76,7 @@ class Program:
     software: GpuSoftware | None = None
     hosts: list[BareMetalHost] = field(default_factory=list)  # engine redfish: one per stack host
     metal3: Metal3Hosts | None = None  # engine metal3
+    converge: local.Command | None = None  # baremetal.converge: ansible/site.yml run by pulumi up
 
 
 def pool_outputs(plan: StackPlan) -> list[dict[str, Any]]:
@@ -152,6 +156,47 @@ def build_baremetal(plan: StackPlan, program: Program) -> None:
         )
     groups = [g.name for g in plan.host_groups]
     pulumi.export("inventory", from_hosts(groups, (host_entry(h) for h in bm.hosts)).to_dict())
+    if bm.converge:
+        program.converge = converge_command(plan, program)
+
+
+def converge_command(plan: StackPlan, program: Program) -> local.Command:
+    """``pulumi up`` converges the hosts it created (``baremetal.converge: true``): the stack's inventory written by
+    ``gpufleet inventory``, then ``ansible/site.yml`` limited to those hosts; run again when a host's facts (a
+    replaced box) or the release pins change. Commands from this virtualenv; names are validated identifiers."""
+    bm = plan.baremetal
+    assert bm is not None
+    python = Path(sys.executable)
+    inventory = f"build/inventories/{plan.stack}/hosts.yml"
+    names = ",".join(h.name for h in bm.hosts)
+    create = " && ".join(
+        [
+            shlex.join([str(python), "-m", "gpufleet", "inventory", plan.stack, "-o", inventory]),
+            shlex.join(
+                [
+                    str(python.with_name("ansible-playbook")),
+                    "ansible/site.yml",
+                    "-i",
+                    inventory,
+                    "--limit",
+                    names,
+                    "-e",
+                    f"gpufleet_stack={plan.stack}",
+                ]
+            ),
+        ]
+    )
+    if program.metal3 is not None:
+        depends: list[pulumi.Resource] = [r.host for r in program.metal3.hosts.values()]
+        changes: list[Any] = [r.status for r in program.metal3.hosts.values()]
+    else:
+        depends = list(program.hosts)
+        changes = [h.facts for h in program.hosts]
+    return local.Command(
+        "converge",
+        local.CommandArgs(create=create, dir=str(PROJECT_ROOT), triggers=[plan.release, *changes]),
+        opts=pulumi.ResourceOptions(depends_on=depends),
+    )
 
 
 def build(plan: StackPlan) -> Program:

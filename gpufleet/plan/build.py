@@ -340,6 +340,7 @@ def baremetal_plan(stack: Stack, host_groups: tuple[HostGroupPlan, ...], layouts
         engine=bm.engine,
         hosts=tuple(bm.hosts),
         metal3=bm.metal3,
+        converge=bm.converge,
     )
 
 

@@ -228,6 +228,7 @@ class BaremetalPlan:
     engine: Literal["redfish", "metal3"] = "redfish"  # who drives the hosts' BMCs: the program, or Metal3/Ironic
     hosts: tuple[BaremetalHost, ...] = ()  # the BMC-managed servers the Pulumi program creates (validated)
     metal3: Metal3Settings | None = None  # engine metal3: the management cluster and namespace
+    converge: bool = False  # pulumi up runs ansible/site.yml on the hosts it created
 
 
 @dataclass(frozen=True)

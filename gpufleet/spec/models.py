@@ -859,6 +859,16 @@ class Baremetal(StrictModel):
     )
     metal3: Metal3Settings | None = Field(None, validate_default=True, description="engine metal3 only, required then")
     hosts: list[BaremetalHost] = Field(default_factory=list, description="the BMC-managed servers the stack creates")
+    converge: bool = Field(
+        False, description="pulumi up runs ansible/site.yml on the hosts it creates, once they answer SSH (opt-in)"
+    )
+
+    @field_validator("converge")
+    @classmethod
+    def _converge_needs_hosts(cls, v: bool, info: ValidationInfo) -> bool:
+        if v and not info.data.get("hosts"):
+            raise invalid("converge runs ansible/site.yml on the hosts pulumi up creates: list them in hosts")
+        return v
 
     @field_validator("metal3")
     @classmethod

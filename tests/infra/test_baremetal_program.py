@@ -106,3 +106,21 @@ def test_the_inventory_output_is_gpufleet_inventorys(tmp_path: Path):
     finally:
         pulumi.export = real_export  # type: ignore[assignment]
     assert exported["inventory"] == stack_inventory(load_stack(EXAMPLE).stack).to_dict()
+
+
+def test_converge_is_opt_in_and_runs_site_yml_on_the_created_hosts_after_them(tmp_path: Path):
+    recorder, program, _ = run(stack_root(tmp_path))
+    assert program.converge is None and not [r for r in recorder.resources if r[0] == "command:local:Command"]
+    root = stack_root(tmp_path)
+    path = root / EXAMPLE.name
+    path.write_text(path.read_text().replace("    hosts:\n", "    converge: true\n    hosts:\n", 1))
+    recorder, program, _ = run(root)
+    (command,) = [r for r in recorder.resources if r[0] == "command:local:Command"]
+    create = command[2]["create"]
+    assert " -m gpufleet inventory prod-onprem -o build/inventories/prod-onprem/hosts.yml && " in create
+    assert create.endswith(
+        "ansible/site.yml -i build/inventories/prod-onprem/hosts.yml --limit gpu-a01,gpu-a02,gpu-b01"
+        " -e gpufleet_stack=prod-onprem"
+    )
+    assert command[2]["dir"] == str(REPO)
+    assert command[2]["triggers"][0] == load_stack(EXAMPLE).stack.release.model_dump()  # the pins: a new release

@@ -139,6 +139,13 @@ def test_hosts_are_optional_and_the_default_engine_is_redfish():
     assert result.stack.baremetal.hosts == [] and result.stack.baremetal.engine == "redfish"
 
 
+def test_converge_needs_hosts_to_converge():
+    text = stack_text("", baremetal="    converge: true\n").replace("    hosts:\n", "")
+    path, message = only_error(text)
+    assert path == "baremetal.converge" and "list them in hosts" in message
+    assert load_stack_text(stack_text(host(), baremetal="    converge: true\n"), "s.yaml", today=TODAY).ok
+
+
 # -- secrets --------------------------------------------------------------------------------------------------
 
 
