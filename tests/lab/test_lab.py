@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -71,6 +73,10 @@ def changed_per_host(output: str, task: str) -> dict[str, int]:
                     name = line[len("changed: [") :].split("]")[0]
                     counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def run_tool(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
 
 
 def remote(host, command: str) -> str:
@@ -153,10 +159,21 @@ class TestLab:
             assert "available: 2 nodes (0-1)" in remote(host, "numactl -H")
         assert any("power On through Redfish" in line for line in lab_hosts["log"])
 
-    def test_check_mode_on_fresh_hosts_reports_changes_and_changes_nothing(self, lab_hosts):
+    def test_check_mode_on_fresh_hosts_reports_changes_and_changes_nothing(self, lab_hosts, tmp_path):
+        """Through the inventory `gpufleet inventory lab-local` writes (from the file `lab up` wrote), which
+        ansible-inventory accepts."""
         hosts = lab_hosts["result"].hosts
+        root = tmp_path / "root"
+        (root / "inventories/lab-local").mkdir(parents=True)
+        (root / f"Pulumi.{STACK}.yaml").write_text((REPO / f"Pulumi.{STACK}.yaml").read_text())
+        (root / "inventories/lab-local/hosts.yml").write_text(lab_hosts["inventory"].read_text())
+        written = tmp_path / "hosts.yml"
+        cli = run_tool([sys.executable, "-m", "gpufleet", "inventory", STACK, "--root", str(root), "-o", str(written)])
+        listed = run_tool([str(Path(sys.executable).with_name("ansible-inventory")), "-i", str(written), "--list"])
+        assert cli.returncode == 0 and listed.returncode == 0, cli.stderr + listed.stderr
+        assert set(json.loads(listed.stdout)["_meta"]["hostvars"]) == {h.name for h in hosts}
         before = {h.name: remote(h, SNAPSHOT) for h in hosts}
-        result = converge(lab_hosts, check=True)
+        result = run_playbook(REPO / "ansible/site.yml", written, {"gpufleet_stack": STACK}, check=True)
         assert result.rc == 0, result.output[-3000:]
         after = {h.name: remote(h, SNAPSHOT) for h in hosts}
         for h in hosts:
