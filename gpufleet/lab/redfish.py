@@ -112,15 +112,21 @@ def _write_config(uuids: list[str], creds: Credentials) -> Path:
 
 def ensure_media_pool() -> None:
     """The libvirt storage pool the emulator puts virtual media images in (a directory under the lab's cache): a
-    BMC's VirtualMedia.InsertMedia downloads the image and attaches it to the domain as a CD-ROM."""
-    if virsh("pool-info", MEDIA_POOL, check=False).returncode == 0:
-        if "running" not in virsh("pool-info", MEDIA_POOL).stdout:
-            virsh("pool-start", MEDIA_POOL)
-        return
+    BMC's VirtualMedia.InsertMedia downloads the image and attaches it to the domain as a CD-ROM.
+
+    The pool is transient (it lives as long as the libvirtd the lab started) and always points at this lab cache's
+    directory, which is created first: a pool left defined by an earlier run, or pointing at a cache that was
+    moved or emptied since, is replaced rather than trusted."""
     target = lab_dir() / "media"
     target.mkdir(parents=True, exist_ok=True)
-    virsh("pool-define-as", MEDIA_POOL, "dir", "--target", str(target))
-    virsh("pool-start", MEDIA_POOL)
+    current = virsh("pool-dumpxml", MEDIA_POOL, check=False)
+    if current.returncode == 0:
+        running = "running" in virsh("pool-info", MEDIA_POOL, check=False).stdout
+        if running and f"<path>{target}</path>" in current.stdout:
+            return
+        virsh("pool-destroy", MEDIA_POOL, check=False)
+        virsh("pool-undefine", MEDIA_POOL, check=False)  # a persistent definition of an earlier version
+    virsh("pool-create-as", MEDIA_POOL, "dir", "--target", str(target))
 
 
 def ensure_emulator(uuids: list[str], progress: Any) -> Client:
