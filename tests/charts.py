@@ -55,3 +55,17 @@ def unknown_keys(values: dict[str, Any], known: frozenset[str] | set[str], prefi
         elif isinstance(value, dict):
             out.extend(unknown_keys(value, known, path + "."))
     return out
+
+
+def closed_schema(schema: Any) -> Any:
+    """A CRD's openAPIV3Schema with unknown fields refused where the API server would prune them (every object
+    with properties and no x-kubernetes-preserve-unknown-fields gets additionalProperties: false), so a misspelled
+    field fails validation instead of vanishing."""
+    if isinstance(schema, dict):
+        out = {k: closed_schema(v) for k, v in schema.items()}
+        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            out.setdefault("additionalProperties", False)
+        return out
+    if isinstance(schema, list):
+        return [closed_schema(v) for v in schema]
+    return schema

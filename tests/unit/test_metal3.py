@@ -21,6 +21,7 @@ from ruamel.yaml import YAML
 
 from gpufleet import metal3
 from gpufleet.labels import GPU_MODEL_LABEL
+from tests.charts import closed_schema
 from tests.conftest import FIXTURES
 
 CRD = FIXTURES / "crds" / "metal3" / "metal3.io_baremetalhosts.yaml"
@@ -29,24 +30,12 @@ ISO = "https://images.example.net/installer.iso"
 SHA256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
 
-def _closed(schema: Any) -> Any:
-    """The CRD schema with unknown fields refused where the API server would prune them (no preserve flag)."""
-    if isinstance(schema, dict):
-        out = {k: _closed(v) for k, v in schema.items()}
-        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
-            out.setdefault("additionalProperties", False)
-        return out
-    if isinstance(schema, list):
-        return [_closed(v) for v in schema]
-    return schema
-
-
 @functools.cache
 def _validator() -> Draft202012Validator:
     crd = yaml.safe_load(CRD.read_text())
     assert crd["spec"]["names"]["kind"] == metal3.KIND
     (version,) = [v for v in crd["spec"]["versions"] if f"{crd['spec']['group']}/{v['name']}" == metal3.API_VERSION]
-    return Draft202012Validator(_closed(version["schema"]["openAPIV3Schema"]))
+    return Draft202012Validator(closed_schema(version["schema"]["openAPIV3Schema"]))
 
 
 def schema_errors(obj: dict[str, Any]) -> list[str]:

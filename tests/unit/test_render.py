@@ -23,7 +23,7 @@ from gpufleet.gpu_software import DEVICE_PLUGIN_CHART, DEVICE_PLUGIN_CONFIGMAP, 
 from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack, load_stack_text
-from tests.charts import CHARTS_DIR, chart_keys, needs_charts, unknown_keys
+from tests.charts import CHARTS_DIR, chart_keys, closed_schema, needs_charts, unknown_keys
 from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY
 
 pytestmark = needs_charts
@@ -164,24 +164,12 @@ def test_every_rendered_builtin_object_passes_kubernetes_validate_strict(rendere
     assert checked >= 5
 
 
-def _closed(schema: Any) -> Any:
-    """A CRD's openAPIV3Schema with unknown fields refused where the API server would prune them."""
-    if isinstance(schema, dict):
-        out = {k: _closed(v) for k, v in schema.items()}
-        if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
-            out.setdefault("additionalProperties", False)
-        return out
-    if isinstance(schema, list):
-        return [_closed(v) for v in schema]
-    return schema
-
-
 def _crd_validators(result: charts.Render) -> dict[tuple[str, str], Draft202012Validator]:
     out = {}
     for crd in _objects(result, "CustomResourceDefinition"):
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:
-            schema = _closed(version["schema"]["openAPIV3Schema"])
+            schema = closed_schema(version["schema"]["openAPIV3Schema"])
             out[(f"{group}/{version['name']}", kind)] = Draft202012Validator(schema)
     return out
 
