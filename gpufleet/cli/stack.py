@@ -227,6 +227,8 @@ def _render_plan(result: StackPlan, costs: StackCost) -> None:
         out.print(
             f"\n[bold]bare metal[/bold]: inventory {bm.inventory}, rollout serial {bm.rollout.serial},"
             f" max_fail_percentage {bm.rollout.max_fail_percentage}"
+            + (f", {len(bm.hosts)} BMC-managed host(s), engine {bm.engine}" if bm.hosts else "")
+            + (", converged by pulumi up" if bm.converge else "")
         )
         for g in result.host_groups:
             gpu = f"{g.gpus_per_host or '?'} x {g.gpu_model}" if g.gpu_model else "no GPU"
@@ -236,6 +238,12 @@ def _render_plan(result: StackPlan, costs: StackCost) -> None:
                 inst = g.mig.instances_per_node
                 detail = ": " + ", ".join(f"{k} x {prof}" for prof, k in inst.items()) + " per host" if inst else ""
                 out.print(f"    MIG {g.mig.config_name}{detail}")
+            for h in (h for h in bm.hosts if h.host_group == g.name):
+                who = ", ".join(f"{k} {v}" for k, v in (("system", h.system_id), ("serial", h.serial)) if v)
+                out.print(
+                    f"    host {shown(h.name)}: BMC {shown(h.bmc.address)} ({shown(who)}), boot {h.boot.source},"
+                    f" power {h.power}, SSH {shown(h.ssh.address)}:{h.ssh.port}"
+                )
 
 
 def _render_baseline(result: StackPlan) -> None:

@@ -515,3 +515,13 @@ def test_inventory_document_rules():
     inv = inventory_from_document({"lab": {"hosts": {"a": None}}}, "h.yml", host_groups=["h100", "lab"])
     assert inv.groups == ("h100", "lab") and inv.hosts[0].ansible_host == "a"
     assert inv.to_dict() == {"all": {"children": {"h100": {}, "lab": {"hosts": {"a": {"ansible_host": "a"}}}}}}
+
+
+def test_plan_lists_each_bmc_managed_host_under_its_group():
+    result = CliRunner().invoke(app, ["plan", str(REPO / "examples/baremetal/Pulumi.prod-onprem.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "3 BMC-managed host(s), engine redfish" in result.output
+    assert "host gpu-b01: BMC https://10.0.0.21 (system 1, serial SN-B01-0001), boot virtual-media, power on" in (
+        result.output
+    )
+    assert result.output.index("host gpu-b01") > result.output.index("l40s")  # under its host group
