@@ -8,7 +8,8 @@ a host, a recorded tree in tests), from these paths only:
 - ``sys/devices/system/cpu/cpu*/topology/{physical_package_id,core_id,thread_siblings_list}``
 - ``sys/bus/pci/devices/*/{vendor,device,class,numa_node,local_cpulist,sriov_totalvfs,sriov_numvfs}``,
   ``.../net/*`` or ``.../virtio*/net/*`` (interface names) and ``.../physfn`` (present on SR-IOV virtual
-  functions, which are not separate adapters)
+  functions, which are not separate adapters: each is listed under its physical function's ``vfs``; a symlink on a
+  host, a file holding the PF's address in a recorded tree)
 - ``proc/cpuinfo`` (CPU vendor), ``proc/cmdline``, ``proc/meminfo``, ``proc/sys/kernel/osrelease``
 
 A device whose ``numa_node`` is ``-1`` is reported with ``numa_node: None`` (unknown), never as node 0.
@@ -264,8 +265,18 @@ def read_cores(root: str, cpu_node: dict[int, int]) -> list[dict[str, Any]]:
     return sorted(cores.values(), key=lambda c: (c["package"], c["cpus"][0]))
 
 
+def _physfn(path: str) -> str:
+    """The PCI address of a virtual function's physical function: ``physfn`` is a symlink on a host, a file holding
+    the address in a recorded tree."""
+    link = os.path.join(path, "physfn")
+    if os.path.islink(link):
+        return os.path.basename(os.readlink(link))
+    return (_read(link, "") or "").strip()
+
+
 def read_pci(root: str, gpu_catalog: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     gpus, nics, nvswitches, sriov = [], [], [], []
+    vfs: dict[str, list[str]] = {}
     base = os.path.join(root, "sys/bus/pci/devices")
     for addr in sorted(_listdir(base)):
         path = os.path.join(base, addr)
@@ -273,6 +284,8 @@ def read_pci(root: str, gpu_catalog: dict[str, Any]) -> dict[str, list[dict[str,
         cls = (_read(os.path.join(path, "class"), "") or "").strip().lower()
         cls = (cls[2:] if cls.startswith("0x") else cls)[:4]
         is_vf = os.path.lexists(os.path.join(path, "physfn"))
+        if is_vf:
+            vfs.setdefault(_physfn(path), []).append(addr)
         common = {
             "pci": addr,
             "vendor": vendor,
@@ -304,6 +317,8 @@ def read_pci(root: str, gpu_catalog: dict[str, Any]) -> dict[str, list[dict[str,
             dev["sriov_totalvfs"] = totalvfs
             dev["sriov_numvfs"] = _int(os.path.join(path, "sriov_numvfs"), 0)
             sriov.append(dev)
+    for dev in sriov:
+        dev["vfs"] = sorted(vfs.get(dev["pci"], []))  # the VFs that exist now (sriov_numvfs of them)
     return {"gpus": gpus, "nics": nics, "nvswitches": nvswitches, "sriov_devices": sriov}
 
 

@@ -556,6 +556,45 @@ class Aks(StrictModel):
 # -- bare metal ----------------------------------------------------------------------------------------------
 
 
+class Virtualization(StrictModel):
+    """GPU VMs on the group's hosts (``gpufleet virt plan``): what each VM gets, and how large it is. Each VM's vCPUs
+    are pinned on its device's NUMA node and its memory is backed by that node's hugepages."""
+
+    device: Literal["gpu", "vf"] = Field(
+        "gpu",
+        description="what a VM is given: gpu (a whole GPU, or with vms_per_gpu > 1 one of the GPU's SR-IOV VFs),"
+        " vf (one SR-IOV virtual function of another device each, such as the lab's NVMe controller)",
+    )
+    vms_per_gpu: int = Field(1, ge=1, le=64, description="VMs per GPU: 1 passes the whole GPU; N takes N of its VFs")
+    vcpus: int = Field(8, ge=1, le=1024, description="vCPUs per VM, each pinned to one host CPU")
+    memory_gib: float = Field(32, gt=0, le=65536, description="memory per VM, backed by hugepages on its NUMA node")
+    hugepage_size: Literal["1G", "2M"] | None = Field(
+        None, description="default: 1G where memory_gib is a whole number of GiB, else 2M"
+    )
+    emulator_cpus: int = Field(1, ge=1, le=64, description="host CPUs for each VM's emulator threads, apart")
+
+    @model_validator(mode="after")
+    def _pages_fit(self) -> Virtualization:
+        mib = self.memory_gib * 1024
+        if abs(mib - round(mib)) > 1e-6 or round(mib) % 2:
+            raise invalid(f"memory_gib {self.memory_gib:g} is not a whole number of 2 MiB hugepages")
+        if self.hugepage_size == "1G" and self.memory_mib % 1024:
+            raise invalid(f"hugepage_size 1G needs a whole number of GiB; memory_gib is {self.memory_gib:g}")
+        if self.device == "vf" and self.vms_per_gpu != 1:
+            raise invalid("vms_per_gpu applies to device gpu; with device vf each VF is one VM")
+        return self
+
+    @property
+    def memory_mib(self) -> int:
+        return round(self.memory_gib * 1024)
+
+    @property
+    def page_kib(self) -> int:
+        """The hugepage size backing each VM's memory, in KiB."""
+        whole = self.memory_mib % 1024 == 0
+        return 2048 if self.hugepage_size == "2M" or (self.hugepage_size is None and not whole) else 1048576
+
+
 class HostGroup(StrictModel):
     """An inventory group of identical bare-metal hosts."""
 
@@ -564,11 +603,14 @@ class HostGroup(StrictModel):
     gpus_per_host: int | None = Field(None, ge=1, le=64)
     tuning_profile: str = DEFAULT_TUNING_PROFILE
     mig: MigLayout | None = None
+    virtualization: Virtualization | None = Field(None, description="GPU VMs on these hosts (gpufleet virt plan)")
 
     @model_validator(mode="after")
     def _gpu_fields(self) -> HostGroup:
         if self.gpu_model is None and (self.gpus_per_host is not None or self.mig is not None):
             raise invalid("gpus_per_host and mig need gpu_model")
+        if self.gpu_model is None and self.virtualization is not None and self.virtualization.device == "gpu":
+            raise invalid("virtualization with device gpu needs gpu_model (or device: vf on hosts without GPUs)")
         return self
 
 
