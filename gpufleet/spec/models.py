@@ -571,7 +571,14 @@ class Virtualization(StrictModel):
     hugepage_size: Literal["1G", "2M"] | None = Field(
         None, description="default: 1G where memory_gib is a whole number of GiB, else 2M"
     )
-    emulator_cpus: int = Field(1, ge=1, le=64, description="host CPUs for each VM's emulator threads, apart")
+    emulator_cpus: int = Field(
+        1,
+        ge=0,
+        le=64,
+        description="host CPUs of each VM's own for its emulator threads, apart from all vCPUs; 0 shares the"
+        " system's reserved CPUs of the VM's NUMA node instead (small hosts, the lab)",
+    )
+    max_vms: int | None = Field(None, ge=1, le=1024, description="at most this many VMs per host (devices in PCI order)")
 
     @model_validator(mode="after")
     def _pages_fit(self) -> Virtualization:
