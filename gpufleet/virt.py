@@ -199,9 +199,7 @@ def plan(
     )
 
 
-def _devices(
-    facts: Mapping[str, Any], tuning: TopologyPlan, request: Virtualization, host: str
-) -> list[_Device]:
+def _devices(facts: Mapping[str, Any], tuning: TopologyPlan, request: Virtualization, host: str) -> list[_Device]:
     """What each VM is given, in PCI order, with its NUMA node (one the host has CPUs on)."""
     nodes_with_cpus = {n["id"] for n in facts["numa_nodes"] if n["cpus"]}
     only = sorted(n["id"] for n in facts["numa_nodes"])
@@ -223,7 +221,9 @@ def _devices(
                     f"GPU {g.pci} has {len(vfs)} SR-IOV VFs, the {request.vms_per_gpu} VMs per GPU need"
                     f" {request.vms_per_gpu} (an SR-IOV GPU's VFs exist once its vGPU host driver enables them)",
                 )
-            devices += [_Device(f"vm-gpu{g.index}-{j}", gpu, vf, node) for j, vf in enumerate(vfs[: request.vms_per_gpu])]
+            devices += [
+                _Device(f"vm-gpu{g.index}-{j}", gpu, vf, node) for j, vf in enumerate(vfs[: request.vms_per_gpu])
+            ]
     else:
         gpus = {g.pci for g in tuning.gpus}
         pfs = sorted((d for d in facts.get("sriov_devices", []) if d["pci"] not in gpus), key=lambda d: d["pci"])

@@ -40,9 +40,9 @@ def domain_element(vm: VmPlan) -> ET.Element:
     vcpus = len(vm.cpus)
     dom = ET.Element("domain", type="kvm")
     ET.SubElement(dom, "name").text = vm.name
-    ET.SubElement(dom, "description").text = (
-        f"gpufleet virt plan: {vcpus} vCPUs pinned on NUMA node {vm.numa_node}, devices {', '.join(vm.hostdevs)}"
-    )
+    ET.SubElement(
+        dom, "description"
+    ).text = f"gpufleet virt plan: {vcpus} vCPUs pinned on NUMA node {vm.numa_node}, devices {', '.join(vm.hostdevs)}"
     ET.SubElement(dom, "memory", unit="KiB").text = str(vm.memory_mib * 1024)
     backing = ET.SubElement(dom, "memoryBacking")
     pages = ET.SubElement(backing, "hugepages")

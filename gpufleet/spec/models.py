@@ -578,7 +578,9 @@ class Virtualization(StrictModel):
         description="host CPUs of each VM's own for its emulator threads, apart from all vCPUs; 0 shares the"
         " system's reserved CPUs of the VM's NUMA node instead (small hosts, the lab)",
     )
-    max_vms: int | None = Field(None, ge=1, le=1024, description="at most this many VMs per host (devices in PCI order)")
+    max_vms: int | None = Field(
+        None, ge=1, le=1024, description="at most this many VMs per host (devices in PCI order)"
+    )
 
     @model_validator(mode="after")
     def _pages_fit(self) -> Virtualization:
