@@ -1,7 +1,7 @@
 """The ``gpufleet`` command line: thin over the library (typer + rich), ``--json`` on every command.
 
-One module per command group: ``stack`` (validate, plan, render), ``audit``, ``mig``, ``topology``, ``lab``,
-``promote``, ``inventory``; ``common`` holds what they share (exit codes, output, options, stack loading). Exit
+One module per command group: ``stack`` (validate, plan, render), ``audit``, ``mig``, ``topology``, ``virt``,
+``lab``, ``promote``, ``inventory``; ``common`` holds what they share (exit codes, output, options, stack loading). Exit
 codes: 0 success, 1 the input is wrong (an invalid stack, an unknown GPU), 2 usage errors (bad options, a stack name
 that names no file), 3 an internal error: any exception the commands do not turn into one of those is a bug,
 reported on one line (the traceback with ``--debug``), never as a bare traceback.
@@ -25,6 +25,7 @@ from gpufleet.cli.lab import lab_app
 from gpufleet.cli.mig import mig_app
 from gpufleet.cli.promote import promote_app
 from gpufleet.cli.topology import topology_app
+from gpufleet.cli.virt import virt_app
 
 app = typer.Typer(
     name="gpufleet",
@@ -42,6 +43,7 @@ app.command()(inventory)
 app.add_typer(mig_app, name="mig")
 app.add_typer(lab_app, name="lab")
 app.add_typer(topology_app, name="topology")
+app.add_typer(virt_app, name="virt")
 app.add_typer(promote_app, name="promote")
 app.add_typer(catalog_app, name="catalog")
 
