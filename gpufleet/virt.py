@@ -209,6 +209,8 @@ def _devices(facts: Mapping[str, Any], tuning: TopologyPlan, request: Virtualiza
         if not tuning.gpus:
             raise VirtError(host, "has no GPU (sys/bus/pci/devices lists none): nothing to give VMs")
         for g in tuning.gpus:
+            if request.max_vms is not None and len(devices) >= request.max_vms:
+                break  # the devices after the first max_vms are not looked at
             node = g.numa_node if g.numa_node is not None else only[0]
             gpu = VmGpu(g.pci, node)
             if request.vms_per_gpu == 1:

@@ -27,6 +27,7 @@ lab_tools=(
   "qemu-system-x86_64:qemu-system-x86" "qemu-img:qemu-utils" "virsh:libvirt-clients" "libvirtd:libvirt-daemon-system"
   "debootstrap:debootstrap" "sfdisk:fdisk" "mkfs.ext4:e2fsprogs" "ssh:openssh-client" "ssh-keygen:openssh-client"
   "pkg-config:pkg-config" "gcc:gcc"
+  "xmllint:libxml2-utils"  # virt-xml-validate (libvirt-clients) runs it: the tests validate gpufleet's domain XML
 )
 for entry in "${lab_tools[@]}"; do
   command -v "${entry%%:*}" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "${entry%%:*}" >/dev/null 2>&1 \

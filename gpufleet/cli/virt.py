@@ -123,8 +123,8 @@ def virt_plan(
     if device not in (None, "gpu", "vf"):
         raise usage_error(f"--device {device!r}: expected gpu or vf")
     request, tuning = _request(stack, host_group, root)
-    if tuning is None:
-        tuning = _tuning_profile(profile or "default", None, root)
+    if tuning is None and profile is not None:
+        tuning = _tuning_profile(profile, None, root)
     request = _with_overrides(
         request,
         {
