@@ -148,25 +148,7 @@ def plan(
         uses.append(NodeUse(node_id, free, per_vm * len(on_node), hugepage_mib, request.memory_mib * len(on_node)))
         if not on_node:
             continue
-        n = len(on_node)
-        if per_vm * n > free:
-            node_cpus = len(next(x for x in facts["numa_nodes"] if x["id"] == node_id)["cpus"])
-            held = node_cpus - free
-            raise VirtError(
-                host,
-                f"NUMA node {node_id} has {free} free CPUs ({node_cpus} less {held} reserved for the system), the {n}"
-                f" VM(s) on it need {per_vm * n} ({n} x ({request.vcpus} vCPUs + {request.emulator_cpus} emulator"
-                f" CPUs)); lower --vcpus or the VMs per device",
-            )
-        if request.memory_mib * n > hugepage_mib:
-            keep = node_reserve_mib(node_memory[node_id])
-            raise VirtError(
-                host,
-                f"NUMA node {node_id} can back VMs with {hugepage_mib} MiB of hugepages ({node_memory[node_id]} MiB"
-                f" less {keep} MiB kept as ordinary memory and {profile_pages[node_id]} MiB of the tuning profile's"
-                f" hugepages), the {n} VM(s) on it need {request.memory_mib * n} MiB ({n} x"
-                f" {request.memory_gib:g} GiB); lower --memory-gib",
-            )
+        _check_fits(host, facts, node_id, len(on_node), request, free, hugepage_mib, profile_pages[node_id])
         pool = _CorePool(cores_of[node_id])
         vcpus = [pool.take(request.vcpus) for _ in on_node]
         if request.emulator_cpus:
@@ -197,6 +179,37 @@ def plan(
         nodes=tuple(uses),
         reserved_cpus=tuple(tuning.reserved_cpus),
     )
+
+
+def _check_fits(
+    host: str,
+    facts: Mapping[str, Any],
+    node_id: int,
+    n: int,
+    request: Virtualization,
+    free: int,
+    hugepage_mib: int,
+    profile_mib: int,
+) -> None:
+    """Refuse ``n`` VMs on a node that has too few free CPUs or too little hugepage memory for them."""
+    node = next(x for x in facts["numa_nodes"] if x["id"] == node_id)
+    per_vm = request.vcpus + request.emulator_cpus
+    if per_vm * n > free:
+        raise VirtError(
+            host,
+            f"NUMA node {node_id} has {free} free CPUs ({len(node['cpus'])} less {len(node['cpus']) - free} reserved"
+            f" for the system), the {n} VM(s) on it need {per_vm * n} ({n} x ({request.vcpus} vCPUs +"
+            f" {request.emulator_cpus} emulator CPUs)); lower --vcpus or the VMs per device",
+        )
+    if request.memory_mib * n > hugepage_mib:
+        memory_mib = node["memory_kib"] // 1024
+        raise VirtError(
+            host,
+            f"NUMA node {node_id} can back VMs with {hugepage_mib} MiB of hugepages ({memory_mib} MiB less"
+            f" {node_reserve_mib(memory_mib)} MiB kept as ordinary memory and {profile_mib} MiB of the tuning"
+            f" profile's hugepages), the {n} VM(s) on it need {request.memory_mib * n} MiB ({n} x"
+            f" {request.memory_gib:g} GiB); lower --memory-gib",
+        )
 
 
 def _devices(facts: Mapping[str, Any], tuning: TopologyPlan, request: Virtualization, host: str) -> list[_Device]:

@@ -107,12 +107,6 @@ def virt_plan(
     memory on that node, and the device passed through. The host's facts come from --host-root; the request from a
     STACK's host group (virtualization:) or the options. Exit 1 when the VMs do not fit (one line with the numbers)
     or the host's facts are wrong, 2 for a usage error."""
-    from gpufleet.catalog import load_catalog
-    from gpufleet.hostfacts import FactsError, read_host
-    from gpufleet.topology import TopologyError
-    from gpufleet.virt import VirtError
-    from gpufleet.virt import plan as plan_vms
-
     if host_root is None:
         raise usage_error(
             "give --host-root ROOT: the host's sys/ and proc/ ('/' on the host itself, a recorded tree elsewhere);"
@@ -137,19 +131,31 @@ def virt_plan(
         },
     )
     name = host or os.path.basename(os.path.realpath(host_root)) or "localhost"
-    try:
-        _check_host_root(host_root)
-        facts = read_host(str(host_root), load_catalog().gpus_by_pci_id)
-        result = plan_vms(facts, request, tuning, name)
-    except FactsError as exc:
-        _refuse(name, f"host {name}: {exc}", {"error": str(exc), "path": exc.path}, as_json)
-    except (TopologyError, VirtError) as exc:
-        _refuse(name, str(exc), {"error": exc.reason}, as_json)
+    result = _plan_or_exit(host_root, request, tuning, name, as_json)
     written = _write_xml(result.vms, xml_dir) if xml_dir is not None else []
     if as_json:
         emit_json(result.to_dict())
         return
     _render(result, request, written)
+
+
+def _plan_or_exit(host_root: Path, request: Any, tuning: Any, name: str, as_json: bool) -> Any:
+    """The VM plan of the host under ``host_root``; exit 1 on one line when its facts are wrong or the VMs do not
+    fit (``{host, ok: false, error}`` under ``--json``)."""
+    from gpufleet.catalog import load_catalog
+    from gpufleet.hostfacts import FactsError, read_host
+    from gpufleet.topology import TopologyError
+    from gpufleet.virt import VirtError
+    from gpufleet.virt import plan as plan_vms
+
+    try:
+        _check_host_root(host_root)
+        facts = read_host(str(host_root), load_catalog().gpus_by_pci_id)
+        return plan_vms(facts, request, tuning, name)
+    except FactsError as exc:
+        _refuse(name, f"host {name}: {exc}", {"error": str(exc), "path": exc.path}, as_json)
+    except (TopologyError, VirtError) as exc:
+        _refuse(name, str(exc), {"error": exc.reason}, as_json)
 
 
 def _write_xml(vms: Any, xml_dir: Path) -> list[Path]:
