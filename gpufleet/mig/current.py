@@ -27,9 +27,9 @@ from typing import Annotated, Any
 from pydantic import Field, PlainValidator, ValidationError
 
 from gpufleet.catalog import Catalog, Gpu
-from gpufleet.diagnostics import Diagnostic, Finding, did_you_mean
+from gpufleet.diagnostics import Diagnostic, Finding
 from gpufleet.mig.demand import MAX_FLEET_GPUS
-from gpufleet.mig.placement import as_layout, check
+from gpufleet.mig.placement import as_layout, check, unknown_profile
 from gpufleet.mig.repack import FleetGpu
 from gpufleet.spec.types import StrictModel, invalid
 from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
@@ -124,8 +124,7 @@ def _resolve(parsed: FleetFile, catalog: Catalog) -> tuple[list[ModelFleet], lis
         path = ("fleet", i)
         gpu = catalog.find_gpu(entry.gpu)
         if gpu is None:
-            names = [g.name for g in catalog.gpus]
-            findings.append(Finding((*path, "gpu"), f"unknown GPU {entry.gpu!r}; {did_you_mean(entry.gpu, names, 30)}"))
+            findings.append(Finding((*path, "gpu"), f"unknown GPU {entry.gpu!r}; {catalog.gpu_hint(entry.gpu)}"))
             continue
         if gpu.mig is None:
             findings.append(Finding((*path, "gpu"), catalog.no_mig_reason(gpu)))
@@ -133,11 +132,7 @@ def _resolve(parsed: FleetFile, catalog: Catalog) -> tuple[list[ModelFleet], lis
         bad = False
         for name in entry.profiles:
             if gpu.mig.profile(name) is None:
-                owners = catalog.mig_profile_owners(name)
-                where = f" (it is a profile of {', '.join(owners)})" if owners else ""
-                message = f"{name!r} is not a MIG profile of {gpu.name}{where}; " + did_you_mean(
-                    name, gpu.mig.by_name, limit=20
-                )
+                message = unknown_profile(gpu, name, catalog.mig_profile_owners(name))
                 findings.append(Finding((*path, "profiles", name), message))
                 bad = True
         if bad:

@@ -24,8 +24,9 @@ from typing import Annotated
 from pydantic import Field, ValidationError, model_validator
 
 from gpufleet.catalog import Catalog, Gpu
-from gpufleet.diagnostics import Diagnostic, Finding, did_you_mean
+from gpufleet.diagnostics import Diagnostic, Finding
 from gpufleet.mig import MigError, profile_for_memory, usable_gib
+from gpufleet.mig.placement import unknown_profile
 from gpufleet.spec.types import StrictModel, invalid
 from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
 
@@ -91,15 +92,8 @@ def _resolve(parsed: DemandFile, catalog: Catalog) -> tuple[list[ModelDemand], l
         model = models.setdefault(gpu.name, ModelDemand(gpu))
         for name, count in entry.profiles.items():
             if gpu.mig.profile(name) is None:
-                owners = catalog.mig_profile_owners(name)
-                where = f" (it is a profile of {', '.join(owners)})" if owners else ""
-                findings.append(
-                    Finding(
-                        (*path, "profiles", name),
-                        f"{name!r} is not a MIG profile of {gpu.name}{where}; "
-                        + did_you_mean(name, gpu.mig.by_name, limit=20),
-                    )
-                )
+                message = unknown_profile(gpu, name, catalog.mig_profile_owners(name))
+                findings.append(Finding((*path, "profiles", name), message))
             else:
                 model.profiles[name] += count
         for j, want in enumerate(entry.memory):
