@@ -600,20 +600,17 @@ class Bmc:
         state = _enum(system.power_state)
         if state == "Off":
             return "already off"
-        allowed = self._reset_types(system)
+        graceful = None  # what the graceful wait is for: a shutdown already under way, or one asked for here
         if state == "PoweringOff":
-            try:
-                self.wait_power(system_id, "Off", graceful_timeout, progress, "powering off")
-                return "graceful"
-            except BmcError as exc:
-                if exc.kind != "timeout":
-                    raise
-        elif "GracefulShutdown" in allowed:
+            graceful = "powering off"
+        elif "GracefulShutdown" in self._reset_types(system):
             if progress:
                 progress(f"system {system_id}: reset GracefulShutdown (ForceOff after {graceful_timeout:.0f} s)")
             self.reset(system_id, "GracefulShutdown")
+            graceful = "GracefulShutdown"
+        if graceful is not None:
             try:
-                self.wait_power(system_id, "Off", graceful_timeout, progress, "GracefulShutdown")
+                self.wait_power(system_id, "Off", graceful_timeout, progress, graceful)
                 return "graceful"
             except BmcError as exc:
                 if exc.kind != "timeout":
