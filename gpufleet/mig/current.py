@@ -28,7 +28,7 @@ from pydantic import Field, PlainValidator, ValidationError
 
 from gpufleet.catalog import Catalog, Gpu
 from gpufleet.diagnostics import Diagnostic, Finding
-from gpufleet.mig.demand import MAX_FLEET_GPUS
+from gpufleet.mig.demand import MAX_FLEET_GPUS, mig_gpu
 from gpufleet.mig.placement import as_layout, check, unknown_profile
 from gpufleet.mig.repack import FleetGpu
 from gpufleet.spec.types import StrictModel, invalid
@@ -122,12 +122,8 @@ def _resolve(parsed: FleetFile, catalog: Catalog) -> tuple[list[ModelFleet], lis
     total = 0
     for i, entry in enumerate(parsed.fleet):
         path = ("fleet", i)
-        gpu = catalog.find_gpu(entry.gpu)
+        gpu = mig_gpu(catalog, entry.gpu, (*path, "gpu"), findings)
         if gpu is None:
-            findings.append(Finding((*path, "gpu"), f"unknown GPU {entry.gpu!r}; {catalog.gpu_hint(entry.gpu)}"))
-            continue
-        if gpu.mig is None:
-            findings.append(Finding((*path, "gpu"), catalog.no_mig_reason(gpu)))
             continue
         bad = False
         for name in entry.profiles:

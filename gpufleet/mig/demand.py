@@ -76,18 +76,26 @@ class LoadedDemand:
         return not self.diagnostics
 
 
+def mig_gpu(catalog: Catalog, name: str, path: tuple[str | int, ...], findings: list[Finding]) -> Gpu | None:
+    """The MIG-capable catalog GPU ``name`` names, or None with the finding why not (unknown, or no MIG) added at
+    ``path``: how the demand and fleet files read an entry's ``gpu``."""
+    gpu = catalog.find_gpu(name)
+    if gpu is None:
+        findings.append(Finding(path, f"unknown GPU {name!r}; {catalog.gpu_hint(name)}"))
+    elif gpu.mig is None:
+        findings.append(Finding(path, catalog.no_mig_reason(gpu)))
+        return None
+    return gpu
+
+
 def _resolve(parsed: DemandFile, catalog: Catalog) -> tuple[list[ModelDemand], list[Finding]]:
     findings: list[Finding] = []
     models: dict[str, ModelDemand] = {}
     first: dict[str, tuple[str | int, ...]] = {}
     for i, entry in enumerate(parsed.demand):
         path = ("demand", i)
-        gpu = catalog.find_gpu(entry.gpu)
+        gpu = mig_gpu(catalog, entry.gpu, (*path, "gpu"), findings)
         if gpu is None:
-            findings.append(Finding((*path, "gpu"), f"unknown GPU {entry.gpu!r}; {catalog.gpu_hint(entry.gpu)}"))
-            continue
-        if gpu.mig is None:
-            findings.append(Finding((*path, "gpu"), catalog.no_mig_reason(gpu)))
             continue
         model = models.setdefault(gpu.name, ModelDemand(gpu))
         for name, count in entry.profiles.items():
