@@ -10,6 +10,7 @@ a host, a recorded tree in tests), from these paths only:
   ``.../net/*`` or ``.../virtio*/net/*`` (interface names) and ``.../physfn`` (present on SR-IOV virtual
   functions, which are not separate adapters: each is listed under its physical function's ``vfs``; a symlink on a
   host, a file holding the PF's address in a recorded tree)
+- ``sys/firmware/acpi/tables/{DMAR,IVRS}``: whether each exists (the IOMMU's kind, :func:`read_iommu`)
 - ``proc/cpuinfo`` (CPU vendor), ``proc/cmdline``, ``proc/meminfo``, ``proc/sys/kernel/osrelease``
 
 A device whose ``numa_node`` is ``-1`` is reported with ``numa_node: None`` (unknown), never as node 0.
@@ -375,6 +376,19 @@ def check_facts(facts: Mapping[str, Any]) -> None:
                 )
 
 
+def read_iommu(root: str) -> str | None:
+    """The host's IOMMU as its firmware describes it: ``intel`` (VT-d, an ACPI DMAR table), ``amd`` (AMD-Vi, an
+    IVRS table), else None (no table, or a recorded tree without ``sys/firmware``). The table names the IOMMU the
+    kernel arguments must switch on, which is not always the CPU's vendor: the lab's VMs have an AMD-named CPU under
+    software emulation and QEMU's emulated Intel IOMMU."""
+    tables = os.path.join(root, "sys/firmware/acpi/tables")
+    if os.path.lexists(os.path.join(tables, "DMAR")):
+        return "intel"
+    if os.path.lexists(os.path.join(tables, "IVRS")):
+        return "amd"
+    return None
+
+
 def read_host(host_root: str = "/", gpu_catalog: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the topology planner needs, as plain JSON-serializable data.
 
@@ -391,6 +405,7 @@ def read_host(host_root: str = "/", gpu_catalog: dict[str, Any] | None = None) -
     facts = {
         "host_root": host_root,
         "cpu_vendor": vendor.group(1) if vendor else None,
+        "iommu": read_iommu(root),
         "kernel": (_read(os.path.join(root, "proc/sys/kernel/osrelease"), "") or "").strip() or None,
         "cmdline": (_read(os.path.join(root, "proc/cmdline"), "") or "").strip(),
         "memory_kib": int(total.group(1)) if total else sum(n["memory_kib"] for n in nodes),

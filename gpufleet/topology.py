@@ -160,8 +160,9 @@ def _mi(mib: int) -> str:
 # -- the planner ---------------------------------------------------------------------------------------------
 
 
-def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -> TopologyPlan:
-    """The tuning plan of one host (see the module docstring).
+def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host", *, vms: bool = False) -> TopologyPlan:
+    """The tuning plan of one host (see the module docstring). ``vms``: the host passes devices to VMs (its host
+    group has ``virtualization:``), so its IOMMU arguments are planned even without SR-IOV.
 
     Raises :class:`gpufleet.hostfacts.FactsError` (path and reason) when the facts are malformed or contradict each
     other, and :class:`TopologyError` (host and reason) when the profile cannot work on the host."""
@@ -193,7 +194,7 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host") -
         for node_id in sorted(nodes)
     ]
     sriov = _sriov(facts, profile, host)
-    groups = _kernel_arg_groups(facts, len(nodes), hugepages, sriov, isolated, notes)
+    groups = _kernel_arg_groups(facts, len(nodes), hugepages, sriov, isolated, notes, iommu=vms)
     return TopologyPlan(
         host=host,
         cpu_vendor=facts.get("cpu_vendor"),
@@ -468,6 +469,14 @@ def _sriov(facts: Mapping[str, Any], profile: TuningProfile, host: str) -> list[
     return sriov
 
 
+def iommu_args(facts: Mapping[str, Any]) -> list[str]:
+    """The kernel arguments that switch the host's IOMMU on, in pass-through mode for the host's own devices: Intel
+    VT-d is off unless ``intel_iommu=on``; AMD-Vi is on by default. The firmware's table says which IOMMU the host
+    has (``facts["iommu"]``); without one, the CPU's vendor does."""
+    intel = facts.get("iommu") == "intel" or (facts.get("iommu") is None and facts.get("cpu_vendor") == "GenuineIntel")
+    return ["intel_iommu=on", "iommu=pt"] if intel else ["iommu=pt"]
+
+
 def _kernel_arg_groups(
     facts: Mapping[str, Any],
     node_count: int,
@@ -475,6 +484,8 @@ def _kernel_arg_groups(
     sriov: Sequence[Any],
     isolated: Sequence[int],
     notes: list[str],
+    *,
+    iommu: bool,
 ) -> dict[str, list[str]]:
     """Kernel arguments by purpose (each tuning role owns its group): hugepages, iommu, isolation."""
     groups: dict[str, list[str]] = {"hugepages": [], "iommu": [], "isolation": []}
@@ -487,8 +498,8 @@ def _kernel_arg_groups(
             if node_count > 1:
                 notes.append("kernel older than 5.16: 1 GiB hugepages are set as a total the kernel spreads over nodes")
         groups["hugepages"] = ["default_hugepagesz=1G", "hugepagesz=1G", f"hugepages={spec}"]
-    if sriov:
-        groups["iommu"] = ["intel_iommu=on", "iommu=pt"] if facts.get("cpu_vendor") == "GenuineIntel" else ["iommu=pt"]
+    if sriov or iommu:
+        groups["iommu"] = iommu_args(facts)
     if isolated:
         cpulist = format_cpulist(isolated)
         groups["isolation"] = [f"isolcpus={cpulist}", f"nohz_full={cpulist}", f"rcu_nocbs={cpulist}"]

@@ -234,6 +234,7 @@ def domain_xml(host: LabHost, accel: Accel, shape: HostShape = SHAPE) -> str:
     <controller type='usb' model='none'/>
     <serial type='file'><source path='{host.serial_log}' append='on'/><target port='0'/></serial>
     <memballoon model='none'/>
+    <iommu model='intel'><driver caching_mode='on'/></iommu>
   </devices>
   <qemu:commandline>{qemu_args}</qemu:commandline>
 </domain>
@@ -255,6 +256,11 @@ def qemu_device_args(host: LabHost, shape: HostShape = SHAPE) -> list[str]:
         "-device", "nvme-ns,drive=labns,nsid=1,detached=on,shared=on",
     ]  # fmt: skip
 
+
+# An emulated Intel VT-d IOMMU (the domain's <iommu model='intel'>): the guest gets IOMMU groups and can bind the
+# NVMe controller's VFs to vfio-pci, as the vfio role does on a real host. caching-mode on is what QEMU needs to
+# assign a device further down (a nested guest), which the lab never starts but a real hypervisor host would.
+IOMMU_ARGS = ["-device", "intel-iommu,caching-mode=on"]
 
 QEMU = "/usr/bin/qemu-system-x86_64"
 # One TCG thread per VM: libvirt 9.0 passes ``-accel tcg`` (multi-threaded TCG, a thread per vCPU) and has no
@@ -332,6 +338,7 @@ def qemu_command(host: LabHost, accel: Accel, shape: HostShape = SHAPE) -> list[
         "-smp", f"{shape.vcpus},sockets={shape.sockets},cores={shape.cores_per_socket},threads=1",
         "-m", f"{shape.memory_mib}M", *numa,
         "-smbios", f"type=1,serial={host.name}",
+        *IOMMU_ARGS,  # QEMU wants the IOMMU before the PCI devices it translates for
         "-drive", f"file={host.disk},if=none,id=labdisk,format=qcow2",
         "-device", "virtio-blk-pci,drive=labdisk,bus=pcie.0,addr=0x5",
         *qemu_device_args(host, shape),

@@ -307,6 +307,7 @@ def host_group_plan(stack: Stack, group: HostGroup, catalog: Catalog) -> HostGro
         tuning=profile,
         mig=mig,
         node_labels=labels,
+        virtualization=group.virtualization,
     )
 
 

@@ -115,6 +115,7 @@ def host_view(
         "gpu_model": group.gpu_model if group is not None else None,
         "tuning": plain(group.tuning if group is not None else TuningProfile()),
         "mig_layout": group.mig_layout if group is not None else "",
+        "virtualization": plain(group.virtualization) if group is not None and group.virtualization else None,
         "charts": {
             chart: _chart_view(plan, releases[chart], group.node_labels[chart] if group is not None else None)
             for chart in CHART_PINS

@@ -27,6 +27,7 @@ from gpufleet.spec.models import (
     SystemPool,
     TuningProfile,
     Upgrade,
+    Virtualization,
 )
 
 # A field whose None value is left out of the plan's plain data (``to_dict``), and whose spec object is dumped
@@ -209,6 +210,7 @@ class HostGroupPlan:
     tuning: TuningProfile
     mig: MigPlan | None
     node_labels: dict[str, dict[str, str]]  # chart -> labels (gpufleet.gpu_software.software_labels)
+    virtualization: Virtualization | None = None  # GPU VMs on these hosts (the vfio role binds their devices)
 
     @property
     def mig_layout(self) -> str:

@@ -120,6 +120,7 @@ def test_host_in_its_planned_state_passes_every_check(tmp_path: Path):
         "hugepages": "ok",
         "cpu-pinning": "ok",
         "sriov": "skip",
+        "vfio": "skip",
         "driver": "ok",
         "persistence": "ok",
         "mig": "skip",
@@ -127,6 +128,7 @@ def test_host_in_its_planned_state_passes_every_check(tmp_path: Path):
     }
     assert "failures:" not in lines
     assert "  sriov on localhost: the plan has no SR-IOV device" in lines
+    assert "  vfio on localhost: no VMs in its host group" in lines
     assert "  mig on localhost: no MIG layout for its host groups" in lines
 
 

@@ -38,12 +38,14 @@ STACK = "lab-local"
 SNAPSHOT = r"""
 for f in /etc/default/grub.d/* /boot/grub/grub.cfg /usr/local/sbin/gpufleet-* /etc/systemd/system/gpufleet-* \
          /etc/systemd/system/multi-user.target.wants/gpufleet-* /etc/kubernetes/kubelet.conf.d/* \
-         /etc/systemd/system.conf.d/* /etc/default/irqbalance /etc/pcidp/config.json /etc/fstab; do
+         /etc/systemd/system.conf.d/* /etc/default/irqbalance /etc/pcidp/config.json /etc/fstab \
+         /etc/gpufleet/* /etc/udev/rules.d/60-gpufleet-* /etc/modprobe.d/gpufleet-* /etc/modules-load.d/gpufleet-*; do
   [ -e "$f" ] && sha256sum "$f"
 done
 for f in /sys/devices/system/node/node*/hugepages/hugepages-*/nr_hugepages /sys/bus/pci/devices/*/sriov_numvfs; do
   echo "$f $(cat $f)"
 done
+for d in /sys/bus/pci/devices/*; do echo "$d $(readlink $d/driver) $(cat $d/driver_override)"; done
 echo "thp $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
 grep hugetlbfs /proc/mounts || true
 grep Cpus_allowed_list /proc/1/status
@@ -73,6 +75,15 @@ def changed_per_host(output: str, task: str) -> dict[str, int]:
                     name = line[len("changed: [") :].split("]")[0]
                     counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def assert_vf_on_vfio(host) -> None:
+    """The lab VM's VF (the lab stack's VM device) is bound to vfio-pci, and the kernel lists IOMMU groups."""
+    driver, groups = remote(
+        host, "readlink /sys/bus/pci/devices/0000:81:00.1/driver; ls /sys/kernel/iommu_groups | wc -l"
+    ).split()
+    assert driver.endswith("/vfio-pci"), f"{host.name}: 0000:81:00.1 is bound to {driver}"
+    assert int(groups) > 0, f"{host.name}: /sys/kernel/iommu_groups is empty"
 
 
 def run_tool(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -218,6 +229,29 @@ class TestLab:
                 h, "d=/sys/bus/pci/devices/0000:81:00.0; cat $d/sriov_numvfs; cat $d/virtfn*/numa_node"
             ).split()
             assert vfs == ["4", "1", "1", "1", "1"]
+            # the lab stack's one VM gets the first VF: bound to vfio-pci, the IOMMU (QEMU's Intel one) on
+            assert {"intel_iommu=on", "iommu=pt"} <= set(cmdline)
+            assert_vf_on_vfio(h)
+
+    def test_the_lab_hosts_vm_domain_defines_in_libvirt(self, lab_hosts, tmp_path):
+        """The libvirt domain `gpufleet virt plan` writes for the lab stack's VM, from the recorded tuned lab host,
+        is accepted by this machine's libvirtd (defined, then undefined: never started)."""
+        xml_dir = tmp_path / "xml"
+        argv = [sys.executable, "-m", "gpufleet", "virt", "plan", STACK, "--xml-dir", str(xml_dir), "--host-root"]
+        proc = run_tool([*argv, str(REPO / "tests/fixtures/hosts/lab-vm-tuned"), "--host", "gpufleet-virt-test"])
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        (domain,) = sorted(xml_dir.glob("*.xml"))
+        name = domain.stem
+        assert virt.virsh("domstate", name, check=False).returncode != 0, f"a domain {name} exists already"
+        try:
+            virt.virsh("define", str(domain))
+            dumped = virt.virsh("dumpxml", name).stdout
+        finally:
+            virt.virsh("undefine", name, check=False)
+        assert "<hostdev mode='subsystem' type='pci' managed='yes'>" in dumped
+        assert "<address domain='0x0000' bus='0x81' slot='0x00' function='0x1'/>" in dumped
+        assert "<vcpupin vcpu='0' cpuset='3'/>" in dumped and "<page size='2048' unit='KiB'/>" in dumped
+        assert virt.virsh("domstate", name, check=False).returncode != 0  # undefined again
 
     def test_verify_playbook_passes_then_fails_with_a_table_on_a_changed_hugepage_count(self, lab_hosts):
         # the first run with Ansible's own `linear` strategy, without Mitogen (ansible.cfg's default runs the rest)
@@ -298,6 +332,8 @@ class TestLab:
             assert name in proc.stdout, proc.stdout[-3000:]  # the phase table a user reads at the end
         for h in hosts:  # each host's state against its plan, as printed
             assert f"{h.name} (127.0.0.1:{h.ssh_port})  OK" in proc.stdout, proc.stdout[-3000:]
+        for h in hosts:  # the power-cycled host and the one the first converge rebooted: the VF is still on vfio-pci
+            assert_vf_on_vfio(h)
 
     def test_nvidia_driver_check_mode_reports_the_install_and_changes_nothing(self, lab_hosts):
         """The driver role in check mode on a converged host (Debian's packages; `make test-slow` installs them)."""

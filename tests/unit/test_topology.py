@@ -86,10 +86,12 @@ def assert_invariants(facts: dict, p, profile: TuningProfile) -> None:
     # SR-IOV within each device's limit
     for dev in p.sriov:
         assert 0 < dev["numvfs"] == profile.vfs_per_nic <= dev["totalvfs"]
-    # kernel arguments follow the CPU vendor and the kernel version
+    # kernel arguments follow the IOMMU the firmware describes (else the CPU vendor) and the kernel version
     args = p.kernel_args
     if p.sriov:
-        expected = ["intel_iommu=on", "iommu=pt"] if facts["cpu_vendor"] == "GenuineIntel" else ["iommu=pt"]
+        iommu = facts.get("iommu")  # generated facts have none: the CPU vendor decides
+        intel = iommu == "intel" or (iommu is None and facts["cpu_vendor"] == "GenuineIntel")
+        expected = ["intel_iommu=on", "iommu=pt"] if intel else ["iommu=pt"]
         assert [a for a in args if "iommu" in a] == expected
     else:
         assert not [a for a in args if "iommu" in a]
@@ -163,6 +165,16 @@ def test_dgx_h100_plan_pairs_each_gpu_with_its_nic_and_node():
     assert p.gres_conf[4] == "Name=gpu Type=h100-sxm5-80gb File=/dev/nvidia4 Cores=56-111"
 
 
+def test_iommu_arguments_for_vm_hosts_without_sriov_follow_the_firmwares_iommu():
+    facts = read_host(str(HOSTS / "dgx-h100"), CATALOG_MAP)  # Intel CPUs, no SR-IOV plan, no ACPI tables recorded
+    assert facts["iommu"] is None
+    assert not [a for a in plan(facts, TuningProfile(), "dgx").kernel_args if "iommu" in a]
+    vm_host = plan(facts, TuningProfile(), "dgx", vms=True)
+    assert vm_host.kernel_arg_groups["iommu"] == ["intel_iommu=on", "iommu=pt"]
+    amd_iommu = plan(facts | {"iommu": "amd"}, TuningProfile(), "dgx", vms=True)
+    assert amd_iommu.kernel_arg_groups["iommu"] == ["iommu=pt"]  # AMD-Vi is on by default
+
+
 def test_per_node_hugepages_on_new_kernels_and_iommu_on_amd():
     facts = read_host(str(HOSTS / "workstation-l40s"), CATALOG_MAP)  # kernel 6.1, AMD
     p = plan(facts, PROFILES["workstation-l40s"], "ws")
@@ -218,7 +230,11 @@ def test_a_lab_vm_plans_the_same_before_and_after_its_tuning():
     assert [d["sriov_numvfs"] for d in tuned_facts["sriov_devices"]] == [4]  # the VFs are not devices of their own
     fresh, tuned = plan(fresh_facts, LAB_PROFILE, "lab-1"), plan(tuned_facts, LAB_PROFILE, "lab-1")
     assert tuned == fresh
-    assert fresh.kernel_args == ["default_hugepagesz=1G", "hugepagesz=1G", "hugepages=0:1,1:1", "iommu=pt"]
+    # the lab VM's CPU says AuthenticAMD (TCG) but its IOMMU is QEMU's Intel one (ACPI DMAR): VT-d needs intel_iommu=on
+    assert (fresh_facts["cpu_vendor"], fresh_facts["iommu"]) == ("AuthenticAMD", "intel")
+    assert fresh.kernel_args == [
+        "default_hugepagesz=1G", "hugepagesz=1G", "hugepages=0:1,1:1", "intel_iommu=on", "iommu=pt"
+    ]  # fmt: skip
     assert set(fresh.kernel_args) <= set(tuned_facts["cmdline"].split())
     assert [(d["pci"], d["numvfs"], d["numa_node"]) for d in fresh.sriov] == [("0000:81:00.0", 4, 1)]
     assert fresh.kubelet["reservedSystemCPUs"] == "0,2"  # one core per node

@@ -74,25 +74,59 @@ def gpufleet_driver_problems(state: dict[str, Any], options: dict[str, Any]) -> 
     )
 
 
-def gpufleet_topology_plan(facts: dict[str, Any], profile: dict[str, Any] | None = None, host: str = "host") -> dict:
-    """The topology plan (gpufleet.topology.plan) of one host's ``gpu_topology`` facts and a tuning profile."""
+def _tuning(profile: dict[str, Any] | None, name: str) -> Any:
     from pydantic import ValidationError
 
-    from gpufleet.hostfacts import FactsError
     from gpufleet.spec.models import TuningProfile
+
+    try:
+        return TuningProfile.model_validate(plain_data(profile) or {})
+    except ValidationError as exc:
+        raise AnsibleFilterError(f"{name}: invalid tuning profile: {exc}") from exc
+
+
+def gpufleet_topology_plan(
+    facts: dict[str, Any], profile: dict[str, Any] | None = None, host: str = "host", vms: bool = False
+) -> dict:
+    """The topology plan (gpufleet.topology.plan) of one host's ``gpu_topology`` facts and a tuning profile;
+    ``vms``: the host's group has ``virtualization:`` (IOMMU arguments without SR-IOV too)."""
+    from gpufleet.hostfacts import FactsError
     from gpufleet.topology import TopologyError, plan
 
-    facts, profile = plain_data(facts), plain_data(profile)
+    tuning = _tuning(profile, "gpufleet_topology_plan")
     try:
-        tuning = TuningProfile.model_validate(profile or {})
-    except ValidationError as exc:
-        raise AnsibleFilterError(f"gpufleet_topology_plan: invalid tuning profile: {exc}") from exc
-    try:
-        return plan(facts, tuning, host).to_dict()
+        return plan(plain_data(facts), tuning, host, vms=bool(vms)).to_dict()
     except TopologyError as exc:
         raise AnsibleFilterError(str(exc)) from exc
     except FactsError as exc:
         raise AnsibleFilterError(f"host {host}: {exc}") from exc
+
+
+def gpufleet_virt_plan(
+    facts: dict[str, Any], virtualization: dict[str, Any], profile: dict[str, Any] | None = None, host: str = "host"
+) -> dict[str, Any]:
+    """The VM plan (gpufleet.virt.plan) of one host: ``{vms, hostdevs, error}``: ``hostdevs`` the PCI addresses the
+    VMs are given (what the vfio role binds), ``error`` the planner's refusal (then no VMs), which the play reports
+    (a failure, or in check mode before the sriov role made the VFs, a note)."""
+    from pydantic import ValidationError
+
+    from gpufleet.hostfacts import FactsError
+    from gpufleet.spec.models import Virtualization
+    from gpufleet.topology import TopologyError
+    from gpufleet.virt import VirtError, plan
+
+    try:
+        request = Virtualization.model_validate(plain_data(virtualization))
+    except ValidationError as exc:
+        raise AnsibleFilterError(f"gpufleet_virt_plan: invalid virtualization: {exc}") from exc
+    tuning = _tuning(profile, "gpufleet_virt_plan")
+    try:
+        vms = plan(plain_data(facts), request, tuning, host).to_dict()["vms"]
+    except (VirtError, TopologyError) as exc:
+        return {"vms": [], "hostdevs": [], "error": str(exc)}
+    except FactsError as exc:
+        raise AnsibleFilterError(f"host {host}: {exc}") from exc
+    return {"vms": vms, "hostdevs": [d for vm in vms for d in vm["hostdevs"]], "error": None}
 
 
 def gpufleet_grubby_commands(info: str, add: list[str], remove: list[str]) -> list[list[str]]:
@@ -140,6 +174,7 @@ class FilterModule:
         return {
             "gpufleet_gpu_catalog": gpufleet_gpu_catalog,
             "gpufleet_topology_plan": gpufleet_topology_plan,
+            "gpufleet_virt_plan": gpufleet_virt_plan,
             "gpufleet_kernel_modules_unsupported": gpufleet_kernel_modules_unsupported,
             "gpufleet_nvidia_driver_plan": gpufleet_nvidia_driver_plan,
             "gpufleet_driver_problems": gpufleet_driver_problems,

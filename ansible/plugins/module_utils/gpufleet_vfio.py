@@ -1,0 +1,1 @@
+../../../gpufleet/vfio.py
