@@ -8,8 +8,9 @@ a host, a recorded tree in tests), from these paths only:
 - ``sys/devices/system/cpu/cpu*/topology/{physical_package_id,core_id,thread_siblings_list}``
 - ``sys/bus/pci/devices/*/{vendor,device,class,numa_node,local_cpulist,sriov_totalvfs,sriov_numvfs}``,
   ``.../net/*`` or ``.../virtio*/net/*`` (interface names) and ``.../physfn`` (present on SR-IOV virtual
-  functions, which are not separate adapters: each is listed under its physical function's ``vfs``; a symlink on a
-  host, a file holding the PF's address in a recorded tree)
+  functions, which are not separate adapters: each is listed under its physical function's ``vfs``, and the VFs'
+  ``device`` id as the PF's ``vf_device``; ``physfn`` is a symlink on a host, a file holding the PF's address in a
+  recorded tree)
 - ``sys/firmware/acpi/tables/{DMAR,IVRS}``: whether each exists (the IOMMU's kind, :func:`read_iommu`)
 - ``proc/cpuinfo`` (CPU vendor), ``proc/cmdline``, ``proc/meminfo``, ``proc/sys/kernel/osrelease``
 
@@ -278,6 +279,7 @@ def _physfn(path: str) -> str:
 def read_pci(root: str, gpu_catalog: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     gpus, nics, nvswitches, sriov = [], [], [], []
     vfs: dict[str, list[str]] = {}
+    vf_device: dict[str, str] = {}
     base = os.path.join(root, "sys/bus/pci/devices")
     for addr in sorted(_listdir(base)):
         path = os.path.join(base, addr)
@@ -287,6 +289,7 @@ def read_pci(root: str, gpu_catalog: dict[str, Any]) -> dict[str, list[dict[str,
         is_vf = os.path.lexists(os.path.join(path, "physfn"))
         if is_vf:
             vfs.setdefault(_physfn(path), []).append(addr)
+            vf_device.setdefault(_physfn(path), device)  # one SR-IOV capability, one VF Device ID for all its VFs
         common = {
             "pci": addr,
             "vendor": vendor,
@@ -320,6 +323,7 @@ def read_pci(root: str, gpu_catalog: dict[str, Any]) -> dict[str, list[dict[str,
             sriov.append(dev)
     for dev in sriov:
         dev["vfs"] = sorted(vfs.get(dev["pci"], []))  # the VFs that exist now (sriov_numvfs of them)
+        dev["vf_device"] = vf_device.get(dev["pci"])  # their PCI device id (vendor: the PF's); None without VFs
     return {"gpus": gpus, "nics": nics, "nvswitches": nvswitches, "sriov_devices": sriov}
 
 

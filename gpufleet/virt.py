@@ -63,6 +63,7 @@ class VmPlan:
     emulator_cpus: tuple[int, ...]
     hugepages: VmHugepages
     hostdevs: tuple[str, ...]  # PCI addresses passed through (a GPU, or a VF)
+    hostdev_ids: tuple[str | None, ...]  # their ``vendor:device`` ids (``10de:2330``); None where sysfs has none
     numa_node: int
     memory_mib: int
     threads_per_core: int  # 2 when the vCPUs come in SMT sibling pairs: the guest sees the same topology
@@ -113,6 +114,7 @@ class _Device:
     gpu: VmGpu | None
     hostdev: str
     numa_node: int
+    hostdev_id: str | None  # ``vendor:device``
 
 
 def plan(
@@ -169,6 +171,7 @@ def plan(
                 emulator_cpus=tuple(emulator),
                 hugepages=VmHugepages(node_id, page_kib, request.memory_mib * 1024 // page_kib),
                 hostdevs=(dev.hostdev,),
+                hostdev_ids=(dev.hostdev_id,),
                 numa_node=node_id,
                 memory_mib=request.memory_mib,
                 threads_per_core=_threads(cpus, siblings),
@@ -217,6 +220,11 @@ def _devices(facts: Mapping[str, Any], tuning: TopologyPlan, request: Virtualiza
     nodes_with_cpus = {n["id"] for n in facts["numa_nodes"] if n["cpus"]}
     only = sorted(n["id"] for n in facts["numa_nodes"])
     vfs_of = {d["pci"]: list(d.get("vfs", [])) for d in facts.get("sriov_devices", [])}
+    vf_id = {
+        d["pci"]: f"{d['vendor']}:{d['vf_device']}" if d.get("vf_device") else None
+        for d in facts.get("sriov_devices", [])
+    }
+    gpu_id = {g["pci"]: f"{g['vendor']}:{g['device']}" for g in facts.get("gpus", [])}
     devices: list[_Device] = []
     if request.device == "gpu":
         if not tuning.gpus:
@@ -227,7 +235,7 @@ def _devices(facts: Mapping[str, Any], tuning: TopologyPlan, request: Virtualiza
             node = g.numa_node if g.numa_node is not None else only[0]
             gpu = VmGpu(g.pci, node)
             if request.vms_per_gpu == 1:
-                devices.append(_Device(f"vm-gpu{g.index}", gpu, g.pci, node))
+                devices.append(_Device(f"vm-gpu{g.index}", gpu, g.pci, node, gpu_id.get(g.pci)))
                 continue
             vfs = vfs_of.get(g.pci, [])
             if len(vfs) < request.vms_per_gpu:
@@ -237,7 +245,8 @@ def _devices(facts: Mapping[str, Any], tuning: TopologyPlan, request: Virtualiza
                     f" {request.vms_per_gpu} (an SR-IOV GPU's VFs exist once its vGPU host driver enables them)",
                 )
             devices += [
-                _Device(f"vm-gpu{g.index}-{j}", gpu, vf, node) for j, vf in enumerate(vfs[: request.vms_per_gpu])
+                _Device(f"vm-gpu{g.index}-{j}", gpu, vf, node, vf_id[g.pci])
+                for j, vf in enumerate(vfs[: request.vms_per_gpu])
             ]
     else:
         gpus = {g.pci for g in tuning.gpus}
@@ -252,7 +261,7 @@ def _devices(facts: Mapping[str, Any], tuning: TopologyPlan, request: Virtualiza
                         f" {len(only)} NUMA nodes: its VMs' CPUs cannot be chosen",
                     )
                 node = only[0]
-            devices += [_Device(f"vm-vf{len(devices)}", None, vf, node) for vf in pf.get("vfs", [])]
+            devices += [_Device(f"vm-vf{len(devices)}", None, vf, node, vf_id[pf["pci"]]) for vf in pf.get("vfs", [])]
         if not devices:
             raise VirtError(
                 host,
