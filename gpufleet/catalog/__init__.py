@@ -106,6 +106,12 @@ class Gpu(_Frozen):
     architecture: str
     memory_gib: float
     pci_ids: tuple[str, ...]
+    pci_names: tuple[tuple[str, str | None], ...] = Field(
+        default=(),
+        description="(PCI id, its device name in the PCI ID database NVIDIA's KubeVirt GPU device plugin ships: the"
+        " GPU Operator's sandbox device plugin names its resources from it; None: not in that database); a mapping"
+        " in the YAML, pairs here so that the entry stays hashable",
+    )
     aliases: tuple[str, ...] = ()
     form_factor: str | None = None
     nvswitch_platforms: tuple[str, ...] = ()
@@ -131,6 +137,18 @@ class Gpu(_Frozen):
             raise ValueError(f"{self.name}: nvlink_gbs and nvlink_domain_gpus go together (both or neither)")
         return self
 
+    @field_validator("pci_names", mode="before")
+    @classmethod
+    def _pci_names_pairs(cls, v: Any) -> Any:
+        return tuple(v.items()) if isinstance(v, dict) else v
+
+    @model_validator(mode="after")
+    def _pci_names_of_own_ids(self) -> Gpu:
+        unknown = sorted(set(self.pci_name_of) - set(self.pci_ids))
+        if unknown:
+            raise ValueError(f"{self.name}: pci_names names {', '.join(unknown)}, not one of its pci_ids")
+        return self
+
     @field_validator("pci_ids")
     @classmethod
     def _pci_ids_lowercase(cls, v: tuple[str, ...]) -> tuple[str, ...]:
@@ -138,6 +156,11 @@ class Gpu(_Frozen):
             if not re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{4}", pid):
                 raise ValueError(f"PCI id {pid!r} must be 'vvvv:dddd' in lowercase hex")
         return v
+
+    @property
+    def pci_name_of(self) -> dict[str, str | None]:
+        """:attr:`pci_names` as a mapping; a PCI id it lacks was not looked up (unknown), unlike one mapped to None."""
+        return dict(self.pci_names)
 
     @property
     def mig_capable(self) -> bool:
