@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from gpufleet import charts
 from gpufleet.gpu_software import ChartRelease
@@ -69,3 +70,13 @@ def closed_schema(schema: Any) -> Any:
     if isinstance(schema, list):
         return [closed_schema(v) for v in schema]
     return schema
+
+
+def crd_validator(openapi_v3_schema: Any) -> Draft202012Validator:
+    """The validator of a CRD version's ``openAPIV3Schema``, with unknown fields refused (:func:`closed_schema`)."""
+    return Draft202012Validator(closed_schema(openapi_v3_schema))
+
+
+def crd_errors(validator: Draft202012Validator, obj: Any) -> list[str]:
+    """``path: message`` for each way ``obj`` breaks the schema; empty when it passes."""
+    return [f"{'.'.join(map(str, e.path))}: {e.message}" for e in validator.iter_errors(obj)]

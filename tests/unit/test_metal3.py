@@ -16,12 +16,11 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jsonschema import Draft202012Validator
 from ruamel.yaml import YAML
 
 from gpufleet import metal3
 from gpufleet.labels import GPU_MODEL_LABEL
-from tests.charts import closed_schema
+from tests.charts import crd_errors, crd_validator
 from tests.conftest import FIXTURES
 
 CRD = FIXTURES / "crds" / "metal3" / "metal3.io_baremetalhosts.yaml"
@@ -31,15 +30,15 @@ SHA256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
 
 @functools.cache
-def _validator() -> Draft202012Validator:
+def _validator() -> Any:
     crd = yaml.safe_load(CRD.read_text())
     assert crd["spec"]["names"]["kind"] == metal3.KIND
     (version,) = [v for v in crd["spec"]["versions"] if f"{crd['spec']['group']}/{v['name']}" == metal3.API_VERSION]
-    return Draft202012Validator(closed_schema(version["schema"]["openAPIV3Schema"]))
+    return crd_validator(version["schema"]["openAPIV3Schema"])
 
 
 def schema_errors(obj: dict[str, Any]) -> list[str]:
-    return [f"{'.'.join(map(str, e.path))}: {e.message}" for e in _validator().iter_errors(obj)]
+    return crd_errors(_validator(), obj)
 
 
 def _ns(value: Any) -> Any:
