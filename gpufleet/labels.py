@@ -5,6 +5,8 @@ from __future__ import annotations
 
 POOL_LABEL = "gpufleet.io/pool"
 GPU_MODEL_LABEL = "gpufleet.io/gpu-model"
+# The kubelet sets it on its node (the host name): how objects made for one host (its KubeVirt VMs) select its node.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 # The GPU Operator skips its driver daemonset on nodes labelled so (used for AKS-driver pools in a cluster

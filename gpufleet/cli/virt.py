@@ -1,4 +1,5 @@
-"""``gpufleet virt plan``: the GPU VMs of one host (pinned CPUs, hugepages, devices) and their libvirt domains."""
+"""``gpufleet virt plan``: the GPU VMs of one host (pinned CPUs, hugepages, devices), their libvirt domains and their
+KubeVirt manifests."""
 
 from __future__ import annotations
 
@@ -23,7 +24,23 @@ from gpufleet.cli.common import (
 )
 from gpufleet.cli.topology import _check_host_root, _refuse, _tuning_profile
 
-virt_app = typer.Typer(help="GPU virtual machines: VM plans and libvirt domains.", no_args_is_help=True)
+virt_app = typer.Typer(
+    help="GPU virtual machines: VM plans, libvirt domains and KubeVirt manifests.", no_args_is_help=True
+)
+
+
+XmlDirOpt = Annotated[
+    Path | None, typer.Option("--xml-dir", help="Write each VM's libvirt domain XML here (<name>.xml).")
+]
+KubeVirtDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubevirt-dir",
+        help="Write each VM's KubeVirt VirtualMachine here (<name>.yaml: dedicated CPUs, hugepages, its GPU or VF, on"
+        " this host's node) and the KubeVirt CR settings they need (kubevirt.yaml: permitted host devices, feature"
+        " gates; merge it into the cluster's).",
+    ),
+]
 
 
 def _request(stack_ref: str | None, host_group: str | None, root: Path | None) -> tuple[Any, Any]:
@@ -93,11 +110,14 @@ def virt_plan(
         int | None, typer.Option("--emulator-cpus", help="Emulator CPUs per VM (0: the system's reserved CPUs).")
     ] = None,
     max_vms: Annotated[int | None, typer.Option("--max-vms", help="At most this many VMs.")] = None,
-    xml_dir: Annotated[
-        Path | None, typer.Option("--xml-dir", help="Write each VM's libvirt domain XML here (<name>.xml).")
-    ] = None,
+    xml_dir: XmlDirOpt = None,
+    kubevirt_dir: KubeVirtDirOpt = None,
     host: Annotated[
-        str | None, typer.Option("--host", help="Host name for messages (default: the root's name).")
+        str | None,
+        typer.Option(
+            "--host",
+            help="Host name for messages, and the Kubernetes node name KubeVirt VMs select (default: the root's name).",
+        ),
     ] = None,
     as_json: JsonOpt = False,
     root: RootOpt = None,
@@ -105,8 +125,10 @@ def virt_plan(
     """The GPU VMs of one host: per VM the host CPUs its vCPUs are pinned to (on its GPU's NUMA node, whole cores
     first, apart from the system's reserved CPUs and the other VMs'), its emulator CPUs, the hugepages backing its
     memory on that node, and the device passed through. The host's facts come from --host-root; the request from a
-    STACK's host group (virtualization:) or the options. Exit 1 when the VMs do not fit (one line with the numbers)
-    or the host's facts are wrong, 2 for a usage error."""
+    STACK's host group (virtualization:) or the options. --xml-dir and --kubevirt-dir write the VMs as libvirt domains
+    and as KubeVirt manifests. Exit 1 when the VMs do not fit (one line with the numbers), the host's facts are wrong
+    or KubeVirt manifests cannot be written for the VMs (a GPU's VF, a GPU not in the catalog), 2 for a usage
+    error."""
     if host_root is None:
         raise usage_error(
             "give --host-root ROOT: the host's sys/ and proc/ ('/' on the host itself, a recorded tree elsewhere);"
@@ -132,11 +154,13 @@ def virt_plan(
     )
     name = host or os.path.basename(os.path.realpath(host_root)) or "localhost"
     result = _plan_or_exit(host_root, request, tuning, name, as_json)
-    written = _write_xml(result.vms, xml_dir) if xml_dir is not None else []
+    written, notes = _write_outputs(result, request, xml_dir, kubevirt_dir, as_json)
     if as_json:
+        for note in notes:
+            err.print(f"note: KubeVirt: {shown(note)}")
         emit_json(result.to_dict())
         return
-    _render(result, request, written)
+    _render(result, request, written, notes)
 
 
 def _plan_or_exit(host_root: Path, request: Any, tuning: Any, name: str, as_json: bool) -> Any:
@@ -158,19 +182,48 @@ def _plan_or_exit(host_root: Path, request: Any, tuning: Any, name: str, as_json
         _refuse(name, str(exc), {"error": exc.reason}, as_json)
 
 
-def _write_xml(vms: Any, xml_dir: Path) -> list[Path]:
-    """Each VM's domain as ``<xml_dir>/<name>.xml``; exit 1 naming the directory when it cannot be written."""
+def _write_outputs(
+    result: Any, request: Any, xml_dir: Path | None, kubevirt_dir: Path | None, as_json: bool
+) -> tuple[list[Path], tuple[str, ...]]:
+    """The libvirt domains (``--xml-dir``) and KubeVirt manifests (``--kubevirt-dir``) of the plan, all made before
+    any is written; the files written and where KubeVirt gives less than the plan. Exit 1 on one line when KubeVirt
+    manifests cannot be made for the plan or a directory cannot be written."""
+    from gpufleet.catalog import load_catalog
+    from gpufleet.kubevirt import KubeVirtError, manifests
+    from gpufleet.mig.outputs import dump_yaml
     from gpufleet.virt_xml import domain_xml
 
+    outputs: list[tuple[str, Path, dict[str, str]]] = []
+    notes: tuple[str, ...] = ()
+    if kubevirt_dir is not None:
+        try:
+            kv = manifests(result, request, load_catalog())
+        except KubeVirtError as exc:
+            _refuse(result.host, f"--kubevirt-dir: {exc}", {"error": exc.reason}, as_json)
+        head = f"# gpufleet virt plan: host {result.host},"
+        texts = {
+            f"{vm['metadata']['name']}.yaml": f"{head} a VM (add its disk before you start it)\n{dump_yaml(vm)}"
+            for vm in kv.virtual_machines
+        }
+        texts["kubevirt.yaml"] = f"{head} what its VMs need of the KubeVirt CR (merge it)\n{dump_yaml(kv.kubevirt)}"
+        outputs.append(("--kubevirt-dir", kubevirt_dir, texts))
+        notes = kv.notes
+    if xml_dir is not None:
+        outputs.insert(0, ("--xml-dir", xml_dir, {f"{vm.name}.xml": domain_xml(vm) for vm in result.vms}))
+    return [path for option, directory, texts in outputs for path in _write_files(option, directory, texts)], notes
+
+
+def _write_files(option: str, directory: Path, texts: dict[str, str]) -> list[Path]:
+    """Each text as ``<directory>/<name>``; exit 1 naming the option and directory when it cannot be written."""
     files = []
     try:
-        xml_dir.mkdir(parents=True, exist_ok=True)
-        for vm in vms:
-            path = xml_dir / f"{vm.name}.xml"
-            path.write_text(domain_xml(vm), encoding="utf-8")
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in texts.items():
+            path = directory / name
+            path.write_text(text, encoding="utf-8")
             files.append(path)
     except OSError as exc:
-        err.print(f"[red]error:[/red] --xml-dir {shown(xml_dir)}: {shown(exc.strerror or exc)}")
+        err.print(f"[red]error:[/red] {option} {shown(directory)}: {shown(exc.strerror or exc)}")
         raise typer.Exit(EXIT_INVALID) from None
     return files
 
@@ -180,7 +233,7 @@ def _pages(size_kib: int, count: int) -> str:
     return f"{count} x {unit}"
 
 
-def _render(p: Any, request: Any, written: list[Path]) -> None:
+def _render(p: Any, request: Any, written: list[Path], notes: tuple[str, ...]) -> None:
     from gpufleet.hostfacts import format_cpulist
     from gpufleet.virt import describe
 
@@ -203,3 +256,5 @@ def _render(p: Any, request: Any, written: list[Path]) -> None:
         out.print(line, markup=False)
     for path in written:
         out.print(f"wrote {shown(path)}")
+    for note in notes:
+        out.print(f"KubeVirt: {shown(note)}")
