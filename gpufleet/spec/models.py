@@ -556,6 +556,50 @@ class Aks(StrictModel):
 # -- bare metal ----------------------------------------------------------------------------------------------
 
 
+# An image reference's parts, as the GPU Operator's ClusterPolicy takes them (repository, image, version): a
+# registry host[:port] and path without a scheme or tag; the image name as the CRD's pattern allows; a tag.
+ImageRepository = Annotated[
+    str,
+    matching(
+        r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:\d{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*",
+        "a registry host and path without scheme or tag, e.g. 'registry.example.net/nvidia'",
+    ),
+]
+ImageName = Annotated[str, matching(r"[a-zA-Z0-9-]+", "letters, digits and '-' (the image name, without a tag)")]
+ImageTag = Annotated[str, matching(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", "an image tag, e.g. '580.95.02'")]
+SecretName = Annotated[
+    str,
+    matching(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", "a Kubernetes Secret name (DNS-1123)"),
+]
+
+
+class Vgpu(StrictModel):
+    """NVIDIA vGPU for a host group's VMs, through the GPU Operator: its vGPU manager (the vGPU host driver, from an
+    image you build from NVIDIA's vGPU software and keep in a private registry: NVIDIA does not publish it) and its
+    vGPU device manager, which creates the vGPU devices of a named config on each host."""
+
+    manager_repository: ImageRepository = Field(
+        description="the private registry path of your vGPU manager image (GPU Operator vgpuManager.repository)"
+    )
+    manager_image: ImageName = Field("vgpu-manager", description="the image's name (vgpuManager.image)")
+    manager_version: ImageTag = Field(description="the image's tag (vgpuManager.version)")
+    image_pull_secrets: list[SecretName] = Field(
+        default_factory=list,
+        description="Secrets in the GPU Operator's namespace that pull the private image"
+        " (vgpuManager.imagePullSecrets)",
+    )
+    device_config: LabelValue | None = Field(
+        None,
+        description="the vGPU device manager's config for these hosts, the value of their nvidia.com/vgpu.config"
+        " label (e.g. 'L40S-12Q': four L40S-12Q vGPUs per L40S); default: its config named 'default'",
+    )
+
+    @property
+    def manager(self) -> tuple[str, str, str, tuple[str, ...]]:
+        """The vGPU manager image and its pull secrets: one per cluster (the ClusterPolicy has one vgpuManager)."""
+        return (self.manager_repository, self.manager_image, self.manager_version, tuple(self.image_pull_secrets))
+
+
 class Virtualization(StrictModel):
     """GPU VMs on the group's hosts (``gpufleet virt plan``): what each VM gets, and how large it is. Each VM's vCPUs
     are pinned on its device's NUMA node and its memory is backed by that node's hugepages."""
@@ -581,6 +625,11 @@ class Virtualization(StrictModel):
     max_vms: int | None = Field(
         None, ge=1, le=1024, description="at most this many VMs per host (devices in PCI order)"
     )
+    vgpu: Vgpu | None = Field(
+        None,
+        description="NVIDIA vGPU through the GPU Operator (device gpu only); without it, GPU VMs get whole GPUs"
+        " passed through (the operator's VFIO manager binds them to vfio-pci)",
+    )
 
     @model_validator(mode="after")
     def _pages_fit(self) -> Virtualization:
@@ -591,6 +640,8 @@ class Virtualization(StrictModel):
             raise invalid(f"hugepage_size 1G needs a whole number of GiB; memory_gib is {self.memory_gib:g}")
         if self.device == "vf" and self.vms_per_gpu != 1:
             raise invalid("vms_per_gpu applies to device gpu; with device vf each VF is one VM")
+        if self.device == "vf" and self.vgpu is not None:
+            raise invalid("vgpu applies to device gpu: the vGPU manager splits GPUs, not other devices' VFs")
         return self
 
     @property
@@ -620,7 +671,17 @@ class HostGroup(StrictModel):
             raise invalid("gpus_per_host and mig need gpu_model")
         if self.gpu_model is None and self.virtualization is not None and self.virtualization.device == "gpu":
             raise invalid("virtualization with device gpu needs gpu_model (or device: vf on hosts without GPUs)")
+        if self.mig is not None and self.gpu_vms:
+            raise invalid(
+                "mig and virtualization with device gpu exclude each other: mig is the hosts' layout for containers,"
+                " and these GPUs go to VMs (the GPU Operator runs no MIG manager on VM hosts)"
+            )
         return self
+
+    @property
+    def gpu_vms(self) -> bool:
+        """The group's GPUs go to VMs (virtualization with device gpu), not to containers."""
+        return self.virtualization is not None and self.virtualization.device == "gpu"
 
 
 def _serial(v: Any) -> int | str:

@@ -29,6 +29,7 @@ from gpufleet.spec.models import (
     Stack,
     SystemPool,
     TuningProfile,
+    Vgpu,
 )
 
 # AKS Linux node pool names: "only lowercase alphanumeric characters and must begin with a lowercase letter...
@@ -614,3 +615,28 @@ def check_host_groups(
             layouts.append(((*path, "mig"), gpu.name if gpu else None, group.mig))
     yield from check_unique(named, "host group", "stack")
     yield from check_mig_config_names(layouts)
+    yield from check_vgpu_managers(groups)
+
+
+def check_vgpu_managers(groups: Sequence[HostGroup | None]) -> Iterator[Finding]:
+    """The GPU Operator's ClusterPolicy has one vgpuManager: every vGPU host group names the same image (its
+    device_config may differ)."""
+    first: tuple[str, Vgpu] | None = None
+    for i, group in enumerate(groups):
+        vgpu = group.virtualization.vgpu if group is not None and group.virtualization is not None else None
+        if group is None or vgpu is None:
+            continue
+        if first is None:
+            first = (group.name, vgpu)
+        elif vgpu.manager != first[1].manager:
+            yield Finding(
+                ("baremetal", "host_groups", i, "virtualization", "vgpu"),
+                f"the GPU Operator runs one vGPU manager image per cluster, and host group {first[0]!r} names"
+                f" {_image(first[1])}; give every vgpu the same manager_* and image_pull_secrets (only device_config"
+                " may differ)",
+            )
+
+
+def _image(vgpu: Vgpu) -> str:
+    secrets = f" with pull secrets {', '.join(vgpu.image_pull_secrets)}" if vgpu.image_pull_secrets else ""
+    return f"{vgpu.manager_repository}/{vgpu.manager_image}:{vgpu.manager_version}{secrets}"
