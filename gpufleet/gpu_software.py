@@ -8,7 +8,10 @@ in the charts are written (tests compare them with key lists taken from the char
   them), ``mig.strategy``, ``migManager.config`` (a ConfigMap created by the release, holding the mig-parted
   config from the MIG planner), ``migManager.env`` ``WITH_REBOOT=true`` on cloud VMs (where a MIG mode change
   needs a reboot), ``devicePlugin.config`` (named device-plugin configs, chosen per node by the label
-  ``nvidia.com/device-plugin.config``), ``dcgmExporter.serviceMonitor.enabled``, ``daemonsets.tolerations``.
+  ``nvidia.com/device-plugin.config``), ``dcgmExporter.serviceMonitor.enabled``, ``daemonsets.tolerations``;
+  on bare-metal clusters with GPU VM host groups, the sandbox workloads (``sandboxWorkloads``, ``vfioManager``,
+  ``sandboxDevicePlugin``, and with vGPU ``vgpuManager`` / ``vgpuDeviceManager``): the operator then deploys, per
+  node, the operands of the node's ``nvidia.com/gpu.workload.config`` (docs/virtualization.md).
 - Device plugin chart: ``config.map`` / ``config.default``, ``migStrategy``, ``tolerations``.
 
 Device-plugin config format (``version: v1``): ``flags.migStrategy`` and ``sharing.timeSlicing`` or
@@ -22,12 +25,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from gpufleet.labels import DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
+from gpufleet.labels import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    GPU_PRESENT_LABEL,
+    GPU_WORKLOAD_CONFIG_LABEL,
+    MIG_CONFIG_LABEL,
+    VGPU_CONFIG_LABEL,
+)
 from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG, cluster_strategy, dump_yaml, with_disabled
 
 if TYPE_CHECKING:
     from gpufleet.plan.model import HostGroupPlan, PoolPlan
     from gpufleet.spec.models import GpuSoftware as GpuSoftwareSettings
+    from gpufleet.spec.models import Vgpu, Virtualization
 
 # The GPU Operator's daemonsets are privileged (driver, toolkit, device plugin, MIG manager, DCGM): Pod Security
 # admission must let them run in its namespace.
@@ -39,6 +49,11 @@ DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
 
 MigStrategy = Literal["single", "mixed"]
 SharingMode = Literal["time-slicing", "mps"]
+# What a GPU node's GPUs serve, as the GPU Operator's sandbox workloads name it (nvidia.com/gpu.workload.config)
+GpuWorkload = Literal["container", "vm-passthrough", "vm-vgpu"]
+CONTAINER_WORKLOAD: GpuWorkload = "container"
+# gpufleet's VMs are KubeVirt's (sandboxWorkloads.mode; the other mode, kata, runs containers in VMs)
+SANDBOX_MODE = "kubevirt"
 
 MIG_CONFIGMAP = "gpufleet-mig-parted-config"
 DEVICE_PLUGIN_CONFIGMAP = "gpufleet-device-plugin-config"
@@ -64,6 +79,24 @@ class SharingConfig:
 
 
 @dataclass(frozen=True)
+class SandboxWorkloads:
+    """GPU VMs in the cluster (the GPU Operator's sandbox workloads): host groups that pass whole GPUs through (the
+    VFIO manager binds them to vfio-pci), and the vGPU manager image of those that give VMs vGPUs (the validated
+    stack's ``vgpu``: one image per cluster)."""
+
+    passthrough: bool
+    vgpu: Vgpu | None = None
+
+
+def gpu_workload(virtualization: Virtualization | None) -> GpuWorkload:
+    """The GPU Operator's workload config of a GPU host group's nodes: ``vm-passthrough`` or ``vm-vgpu`` where its
+    virtualization gives VMs GPUs (``device: gpu``), ``container`` otherwise."""
+    if virtualization is None or virtualization.device != "gpu":
+        return CONTAINER_WORKLOAD
+    return "vm-vgpu" if virtualization.vgpu is not None else "vm-passthrough"
+
+
+@dataclass(frozen=True)
 class GpuSoftware:
     """What a cluster's GPU software depends on (for bare metal, built from a stack plan by ``for_baremetal``)."""
 
@@ -78,6 +111,7 @@ class GpuSoftware:
     system_taints: tuple[str, ...] = ()
     mig_with_reboot: bool = False  # cloud VMs need a reboot to change MIG mode
     monitoring: bool = False  # a Prometheus operator scrapes DCGM exporter (ServiceMonitor)
+    sandbox: SandboxWorkloads | None = None  # GPU VM host groups (bare metal); None: every GPU node runs containers
 
 
 def toleration(taint: str) -> dict[str, str]:
@@ -169,6 +203,32 @@ def operator_values(software: GpuSoftware) -> dict[str, Any]:
         if software.mig_with_reboot:
             mig_manager["env"] = [{"name": "WITH_REBOOT", "value": "true"}]
     values["migManager"] = mig_manager
+    if software.sandbox is not None:
+        values |= sandbox_values(software.sandbox)
+    return values
+
+
+def sandbox_values(sandbox: SandboxWorkloads) -> dict[str, Any]:
+    """The GPU Operator's sandbox workloads: on, nodes without a workload label running containers (the default
+    workload), the sandbox device plugin (it advertises passed-through GPUs and vGPUs to KubeVirt), the VFIO manager
+    where GPUs are passed through, the vGPU manager (the user's private image) and vGPU device manager with vGPU. The
+    operator deploys them only on nodes labelled for VMs (``nvidia.com/gpu.workload.config``)."""
+    values: dict[str, Any] = {
+        "sandboxWorkloads": {"enabled": True, "defaultWorkload": CONTAINER_WORKLOAD, "mode": SANDBOX_MODE},
+        "sandboxDevicePlugin": {"enabled": True},
+        "vfioManager": {"enabled": sandbox.passthrough},
+        "vgpuManager": {"enabled": sandbox.vgpu is not None},
+        "vgpuDeviceManager": {"enabled": sandbox.vgpu is not None},
+    }
+    if sandbox.vgpu is not None:
+        vgpu = sandbox.vgpu
+        values["vgpuManager"] |= {
+            "repository": vgpu.manager_repository,
+            "image": vgpu.manager_image,
+            "version": vgpu.manager_version,
+        }
+        if vgpu.image_pull_secrets:
+            values["vgpuManager"]["imagePullSecrets"] = list(vgpu.image_pull_secrets)
     return values
 
 
@@ -201,12 +261,20 @@ def for_baremetal(
     toolkit_preinstalled: bool = True,
 ) -> GpuSoftware:
     """Bare-metal Kubernetes: the nvidia_driver and nvidia_container_toolkit roles install driver and toolkit on
-    the hosts (pass False for a cluster where the operator should); MIG layouts come from the host groups."""
+    the hosts (pass False for a cluster where the operator should); MIG layouts come from the host groups, and so do
+    the sandbox workloads (host groups whose GPUs go to VMs)."""
+    groups = list(host_groups)
+    vms = [g for g in groups if g.gpu_workload not in (None, CONTAINER_WORKLOAD)]
+    sandbox = None
+    if vms:
+        vgpu = next((g.vgpu for g in vms if g.vgpu is not None), None)
+        sandbox = SandboxWorkloads(passthrough=any(g.gpu_workload == "vm-passthrough" for g in vms), vgpu=vgpu)
     return GpuSoftware(
         driver_preinstalled=driver_preinstalled,
         toolkit_preinstalled=toolkit_preinstalled,
-        mig_strategy=cluster_strategy(g.mig.strategy for g in host_groups if g.mig and g.mig.strategy),
+        mig_strategy=cluster_strategy(g.mig.strategy for g in groups if g.mig and g.mig.strategy),
         mig_parted_config=mig_parted_config,
+        sandbox=sandbox,
     )
 
 
@@ -258,9 +326,10 @@ CHART_PINS = {GPU_OPERATOR_CHART: "gpu_operator", DEVICE_PLUGIN_CHART: "device_p
 # Operator's MIG manager applies ``nvidia.com/mig.config``; the device plugin (the operator's, or the standalone
 # chart's) picks its named config by ``nvidia.com/device-plugin.config``; the standalone chart's default affinity
 # schedules it only on nodes that NFD found an NVIDIA PCI device on, or that carry ``nvidia.com/gpu.present=true``
-# (the operator deploys NFD and sets that label itself).
+# (the operator deploys NFD and sets that label itself); the operator deploys a node's sandbox or container operands
+# by ``nvidia.com/gpu.workload.config``, and its vGPU device manager applies ``nvidia.com/vgpu.config``.
 NODE_LABELS = {
-    GPU_OPERATOR_CHART: (MIG_CONFIG_LABEL, DEVICE_PLUGIN_CONFIG_LABEL),
+    GPU_OPERATOR_CHART: (MIG_CONFIG_LABEL, DEVICE_PLUGIN_CONFIG_LABEL, GPU_WORKLOAD_CONFIG_LABEL, VGPU_CONFIG_LABEL),
     DEVICE_PLUGIN_CHART: (GPU_PRESENT_LABEL, DEVICE_PLUGIN_CONFIG_LABEL),
 }
 
@@ -278,16 +347,32 @@ def chart_version(chart: str, release: Mapping[str, str]) -> str:
     return f"v{bare}" if chart == GPU_OPERATOR_CHART else bare
 
 
-def software_labels(chart: str, *, mig_config: str | None, device_plugin_config: str | None) -> dict[str, str]:
+def software_labels(
+    chart: str,
+    *,
+    mig_config: str | None,
+    device_plugin_config: str | None,
+    workload: GpuWorkload = CONTAINER_WORKLOAD,
+    vgpu_config: str | None = None,
+) -> dict[str, str]:
     """The labels of a GPU node that ``chart``'s software reads, gpufleet's only source of them (AKS pools and
     bare-metal host groups alike): ``nvidia.com/mig.config`` (the GPU Operator's MIG manager applies that layout),
     ``nvidia.com/device-plugin.config`` (the named device-plugin config), ``nvidia.com/gpu.present=true`` (the
-    standalone device plugin's daemonset runs only there). A None leaves its label off."""
-    labels = {GPU_PRESENT_LABEL: "true"}
-    if mig_config is not None:
-        labels[MIG_CONFIG_LABEL] = mig_config
-    if device_plugin_config is not None:
-        labels[DEVICE_PLUGIN_CONFIG_LABEL] = device_plugin_config
+    standalone device plugin's daemonset runs only there). A node whose GPUs go to VMs (``workload`` other than
+    container) gets instead ``nvidia.com/gpu.workload.config`` (the GPU Operator deploys its sandbox operands there
+    and none of its container ones) and ``nvidia.com/vgpu.config`` (``vgpu_config``, the vGPU device manager's
+    config); the standalone device plugin, which serves containers, stays off it. A None leaves its label off."""
+    labels: dict[str, str] = {}
+    if workload == CONTAINER_WORKLOAD:
+        labels[GPU_PRESENT_LABEL] = "true"
+        if mig_config is not None:
+            labels[MIG_CONFIG_LABEL] = mig_config
+        if device_plugin_config is not None:
+            labels[DEVICE_PLUGIN_CONFIG_LABEL] = device_plugin_config
+    else:
+        labels[GPU_WORKLOAD_CONFIG_LABEL] = workload
+        if vgpu_config is not None:
+            labels[VGPU_CONFIG_LABEL] = vgpu_config
     wanted = NODE_LABELS[_chart(chart)]
     return {k: v for k, v in labels.items() if k in wanted}
 

@@ -20,3 +20,9 @@ AKS_SPOT_TAINT = f"{AKS_SPOT_LABEL}=spot:NoSchedule"
 # carry this label (k8s-device-plugin v0.20.0, templates/daemonset-device-plugin.yml); its NFD is off by default,
 # so gpufleet labels the GPU nodes of clusters that use that chart. (The GPU Operator sets it itself from NFD.)
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+# With sandbox workloads on, the GPU Operator reads a node's GPU workload from this label: container (the default,
+# when the label is absent), vm-passthrough or vm-vgpu; it deploys each workload's operands there and no others
+# (gpu-operator controllers/state_manager.go, gpuStateLabels). gpufleet sets it on VM host groups.
+GPU_WORKLOAD_CONFIG_LABEL = "nvidia.com/gpu.workload.config"
+# The vGPU device manager's named config for a vm-vgpu node (an entry of its ConfigMap; "default" when absent).
+VGPU_CONFIG_LABEL = "nvidia.com/vgpu.config"

@@ -238,6 +238,9 @@ def _render_plan(result: StackPlan, costs: StackCost) -> None:
                 inst = g.mig.instances_per_node
                 detail = ": " + ", ".join(f"{k} x {prof}" for prof, k in inst.items()) + " per host" if inst else ""
                 out.print(f"    MIG {g.mig.config_name}{detail}")
+            if g.gpu_workload not in (None, "container"):
+                vgpu = f", vGPU config {g.vgpu.device_config or 'default'}" if g.vgpu else ""
+                out.print(f"    GPUs for VMs: GPU Operator workload {g.gpu_workload}{shown(vgpu)}")
             for h in (h for h in bm.hosts if h.host_group == g.name):
                 who = ", ".join(f"{k} {v}" for k, v in (("system", h.system_id), ("serial", h.serial)) if v)
                 out.print(

@@ -23,10 +23,12 @@ from gpufleet.gpu_software import (
     CHART_PINS,
     DEFAULT_DEVICE_PLUGIN_CONFIG,
     ChartRelease,
+    GpuWorkload,
     chart_release,
     cluster_chart,
     for_aks,
     for_baremetal,
+    gpu_workload,
     software_labels,
 )
 from gpufleet.labels import AKS_SPOT_LABEL, AKS_SPOT_TAINT, DEPLOY_DRIVER_LABEL, GPU_MODEL_LABEL, POOL_LABEL
@@ -290,12 +292,23 @@ def host_group_plan(stack: Stack, group: HostGroup, catalog: Catalog) -> HostGro
     elif group.mig is not None:
         mig = MigPlan(managed_by="host", config_name=group.mig.config_name)
     labels: dict[str, dict[str, str]] = {chart: {} for chart in CHART_PINS}
+    workload: GpuWorkload | None = None
+    vgpu = group.virtualization.vgpu if group.virtualization is not None else None
     if gpu is not None:
         # MIG-capable GPUs without a layout get all-disabled (what the mig role applies to them), so a stale label
-        # cannot make the MIG manager split them; bare-metal groups have no sharing: the default device-plugin config
+        # cannot make the MIG manager split them; bare-metal groups have no sharing: the default device-plugin config.
+        # A group whose GPUs go to VMs gets the GPU Operator's workload label instead (software_labels).
+        workload = gpu_workload(group.virtualization)
         mig_config = mig.config_name if mig is not None else DISABLED_CONFIG if gpu.mig_capable else None
+        vgpu_config = vgpu.device_config if vgpu is not None else None
         labels = {
-            chart: software_labels(chart, mig_config=mig_config, device_plugin_config=DEFAULT_DEVICE_PLUGIN_CONFIG)
+            chart: software_labels(
+                chart,
+                mig_config=mig_config,
+                device_plugin_config=DEFAULT_DEVICE_PLUGIN_CONFIG,
+                workload=workload,
+                vgpu_config=vgpu_config,
+            )
             for chart in CHART_PINS
         }
     return HostGroupPlan(
@@ -307,6 +320,7 @@ def host_group_plan(stack: Stack, group: HostGroup, catalog: Catalog) -> HostGro
         tuning=profile,
         mig=mig,
         node_labels=labels,
+        gpu_workload=workload,
         virtualization=group.virtualization,
     )
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from gpufleet.gpu_software import ChartRelease
+from gpufleet.gpu_software import ChartRelease, GpuWorkload
 from gpufleet.spec.models import (
     AutoscalerProfile,
     BaremetalHost,
@@ -27,6 +27,7 @@ from gpufleet.spec.models import (
     SystemPool,
     TuningProfile,
     Upgrade,
+    Vgpu,
     Virtualization,
 )
 
@@ -199,8 +200,9 @@ class ClusterPlan:
 
 @dataclass(frozen=True)
 class HostGroupPlan:
-    """A bare-metal host group: its GPUs, its tuning profile (resolved), its MIG layout, and the node labels the
-    GPU software's role sets on its hosts, per chart."""
+    """A bare-metal host group: its GPUs, its tuning profile (resolved), its MIG layout, what its GPUs serve
+    (containers, or VMs: passed through or split into vGPUs), and the node labels the GPU software's role sets on its
+    hosts, per chart."""
 
     name: str
     gpu_model: str | None
@@ -210,7 +212,15 @@ class HostGroupPlan:
     tuning: TuningProfile
     mig: MigPlan | None
     node_labels: dict[str, dict[str, str]]  # chart -> labels (gpufleet.gpu_software.software_labels)
-    virtualization: Virtualization | None = None  # GPU VMs on these hosts (the vfio role binds their devices)
+    # the GPU Operator's workload config of its nodes (gpufleet.gpu_software.gpu_workload); None: hosts without GPUs
+    gpu_workload: GpuWorkload | None = None
+    # GPU VMs on these hosts: the vfio role binds their devices; vgpu (below) for vm-vgpu groups
+    virtualization: Virtualization | None = field(default=None, metadata=OMIT_NONE)
+
+    @property
+    def vgpu(self) -> Vgpu | None:
+        """The stack's vGPU settings of a vm-vgpu group (its virtualization's vgpu)."""
+        return self.virtualization.vgpu if self.virtualization is not None else None
 
     @property
     def mig_layout(self) -> str:

@@ -400,6 +400,9 @@ def test_inventory_of_the_stack_hosts_groups_them_with_their_ssh_endpoints():
                     }
                 },
                 "l40s": {"hosts": {"gpu-b01": {"ansible_host": "10.0.1.21", "ansible_port": 22}}},
+                # the example's GPU VM host groups, whose servers it does not list
+                "h100vm": {},
+                "l40svgpu": {},
             }
         }
     }

@@ -9,6 +9,7 @@ from ruamel.yaml import YAML
 from gpufleet.gpu_software import (
     DEFAULT_DEVICE_PLUGIN_CONFIG,
     GpuSoftware,
+    SandboxWorkloads,
     SharingConfig,
     device_plugin_values,
     for_baremetal,
@@ -43,6 +44,9 @@ VARIANTS = {
         taints=("sku=gpu:NoSchedule",),
         mig_with_reboot=True,
         monitoring=True,
+    ),
+    "GPU VMs, passed through only": GpuSoftware(
+        driver_preinstalled=True, toolkit_preinstalled=True, sandbox=SandboxWorkloads(passthrough=True)
     ),
 }
 
@@ -86,6 +90,14 @@ def test_without_mig_the_mig_manager_is_off_and_no_reboot_is_asked_for():
     values = operator_values(GpuSoftware(driver_preinstalled=True, toolkit_preinstalled=True, mig_with_reboot=True))
     assert values["migManager"] == {"enabled": False}
     assert "mig" not in values
+
+
+def test_passthrough_vms_alone_turn_on_the_vfio_manager_and_leave_the_vgpu_managers_off():
+    values = operator_values(VARIANTS["GPU VMs, passed through only"])
+    assert values["sandboxWorkloads"] == {"enabled": True, "defaultWorkload": "container", "mode": "kubevirt"}
+    assert values["vfioManager"] == values["sandboxDevicePlugin"] == {"enabled": True}
+    assert values["vgpuManager"] == values["vgpuDeviceManager"] == {"enabled": False}
+    assert "sandboxWorkloads" not in operator_values(VARIANTS["operator owns everything"])
 
 
 def test_sharing_configs_follow_the_device_plugin_format():

@@ -36,10 +36,13 @@ filters = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(filters)
 
 ONPREM = FIXTURES / "gpu-software/Pulumi.prod-onprem.yaml"
-STACKS = [*EXAMPLE_STACKS, ONPREM]
+VM_EXAMPLE = REPO / "examples/baremetal/Pulumi.prod-onprem.yaml"  # container and GPU VM host groups
+STACKS = [*EXAMPLE_STACKS, ONPREM, VM_EXAMPLE]
 MIG = "nvidia.com/mig.config"
 DP = "nvidia.com/device-plugin.config"
 PRESENT = "nvidia.com/gpu.present"
+WORKLOAD = "nvidia.com/gpu.workload.config"
+VGPU_CONFIG = "nvidia.com/vgpu.config"
 OPERATOR, PLUGIN = "gpu-operator", "nvidia-device-plugin"
 
 
@@ -196,8 +199,40 @@ def test_a_host_in_several_host_groups_takes_the_first_in_the_stacks_order():
 
 
 def test_a_label_patch_removes_the_owned_labels_that_do_not_apply():
-    assert chart(ONPREM, ["cpu"])["label_patch"] == {MIG: None, DP: None}
+    assert chart(ONPREM, ["cpu"])["label_patch"] == {MIG: None, DP: None, WORKLOAD: None, VGPU_CONFIG: None}
     assert chart(ONPREM, ["hgx_mig"], PLUGIN)["label_patch"] == {PRESENT: "true", DP: "default"}
+
+
+@pytest.mark.parametrize(
+    ("group", "labels"),
+    [
+        ("h100vm", {WORKLOAD: "vm-passthrough"}),
+        ("l40svgpu", {WORKLOAD: "vm-vgpu", VGPU_CONFIG: "L40S-12Q"}),
+        ("h100", {MIG: DISABLED_CONFIG, DP: "default"}),
+    ],
+)
+def test_vm_host_groups_carry_the_operators_workload_label_and_none_of_the_container_labels(group: str, labels: dict):
+    operator = chart(VM_EXAMPLE, [group])
+    assert operator["node_labels"] == labels
+    assert operator["label_patch"] == {MIG: None, DP: None, WORKLOAD: None, VGPU_CONFIG: None} | labels
+    # the standalone device plugin serves containers: without nvidia.com/gpu.present it stays off VM hosts
+    assert chart(VM_EXAMPLE, [group], PLUGIN)["node_labels"] == (
+        {} if WORKLOAD in labels else {PRESENT: "true", DP: "default"}
+    )
+
+
+def test_the_vm_hosts_release_turns_sandbox_workloads_on_with_the_stacks_vgpu_manager():
+    values = chart(VM_EXAMPLE, ["h100"])["values"]
+    assert values["sandboxWorkloads"] == {"enabled": True, "defaultWorkload": "container", "mode": "kubevirt"}
+    assert values["vfioManager"] == values["sandboxDevicePlugin"] == values["vgpuDeviceManager"] == {"enabled": True}
+    assert values["vgpuManager"] == {
+        "enabled": True,
+        "repository": "registry.example.net/nvidia",
+        "image": "vgpu-manager",
+        "version": "580.95.02",
+        "imagePullSecrets": ["vgpu-registry"],
+    }
+    assert "sandboxWorkloads" not in chart(ONPREM, ["hgx_mig"])["values"]  # no VM host group: values unchanged
 
 
 def test_a_host_in_none_of_the_stacks_groups_gets_no_labels_and_the_groups_to_name():
