@@ -9,9 +9,13 @@ Placing GPU software is a fixpoint, because its components label nodes for each 
 
 - NFD's worker, where it runs on a GPU node, labels it ``feature.node.kubernetes.io/pci-10de.present=true``;
 - the GPU Operator (a Deployment; it acts once it runs anywhere) labels nodes with that NFD label
-  ``nvidia.com/gpu.present=true``, then adds ``nvidia.com/gpu.deploy.<operand>=true`` for every operand unless the
-  node already has that label (gpufleet's ``nvidia.com/gpu.deploy.driver=false`` on AKS-driver pools), and
-  ``nvidia.com/gpu.deploy.mig-manager=true`` on MIG-capable GPUs (the operator's ``controllers/state_manager.go``);
+  ``nvidia.com/gpu.present=true``, then adds ``nvidia.com/gpu.deploy.<operand>=true`` for every operand of the node's
+  GPU workload unless the node already has that label (gpufleet's ``nvidia.com/gpu.deploy.driver=false`` on
+  AKS-driver pools), and ``nvidia.com/gpu.deploy.mig-manager=true`` on MIG-capable GPUs of container nodes (the
+  operator's ``controllers/state_manager.go``). The GPU workload is ``container`` everywhere unless the ClusterPolicy
+  turns sandbox workloads on; then it is the node's ``nvidia.com/gpu.workload.config`` (``vm-passthrough``:
+  the VFIO manager, the sandbox device plugin and validator; ``vm-vgpu``: the vGPU manager and device manager, the
+  sandbox device plugin and validator), else the policy's default workload;
 - the operands are DaemonSets the operator creates from the ClusterPolicy: node selector
   ``nvidia.com/gpu.deploy.<operand>=true``, tolerations ``spec.daemonsets.tolerations``;
 - GPU Feature Discovery, where it runs, labels ``nvidia.com/mig.capable`` and, on nodes whose device-plugin config
@@ -36,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.aks import aks_node_labels
-from gpufleet.gpu_software import GPU_OPERATOR_CHART, ChartRelease
-from gpufleet.labels import GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
+from gpufleet.gpu_software import CONTAINER_WORKLOAD, GPU_OPERATOR_CHART, SANDBOX_MODE, ChartRelease, GpuWorkload
+from gpufleet.labels import GPU_PRESENT_LABEL, GPU_WORKLOAD_CONFIG_LABEL, MIG_CONFIG_LABEL
 from gpufleet.mig.outputs import DISABLED_CONFIG
 from gpufleet.plan import StackPlan
 from gpufleet.scheduling import NodeShape, Placement, Taint, why_not
@@ -162,6 +166,17 @@ def parse_objects(text: str) -> list[dict[str, Any]]:
 
 # -- where the rendered software runs ---------------------------------------------------------------------------
 
+PASSTHROUGH: GpuWorkload = "vm-passthrough"
+VGPU: GpuWorkload = "vm-vgpu"
+VM_WORKLOADS: tuple[GpuWorkload, ...] = (PASSTHROUGH, VGPU)
+GPU_WORKLOADS: tuple[GpuWorkload, ...] = (CONTAINER_WORKLOAD, *VM_WORKLOADS)
+# what a target's GPUs do, in the reasons a DaemonSet is or is not meant for it
+WORKLOAD_WORDS = {
+    CONTAINER_WORKLOAD: "run containers",
+    PASSTHROUGH: "are passed through to VMs",
+    VGPU: "are split into vGPUs for VMs",
+}
+
 
 @dataclass(frozen=True)
 class Target:
@@ -174,6 +189,7 @@ class Target:
     mig_capable: bool = False
     driver_by_operator: bool = False  # the GPU Operator's driver daemonset is meant to run here
     mps: bool = False  # the node's device-plugin config shares GPUs with MPS
+    workload: GpuWorkload = CONTAINER_WORKLOAD  # what the stack has its GPUs serve (HostGroupPlan.gpu_workload)
 
 
 def stack_targets(plan: StackPlan, chart: str) -> list[Target]:
@@ -208,29 +224,108 @@ def stack_targets(plan: StackPlan, chart: str) -> list[Target]:
                 NodeShape(group.name, labels),
                 gpu=group.gpu_model is not None,
                 mig_capable=bool(group.mig_capable),
+                workload=group.gpu_workload or CONTAINER_WORKLOAD,
             )
         )
     return targets
 
 
-# The GPU Operator's operands: ClusterPolicy spec key, DaemonSet name, the node label the operator sets to deploy it
-# (gpu-operator controllers/state_manager.go gpuStateLabels, assets/state-*/*daemonset.yaml).
+@dataclass(frozen=True)
+class Operand:
+    """A DaemonSet the GPU Operator creates from the ClusterPolicy: its spec key, its name, the node label the
+    operator sets to deploy it (``nvidia.com/gpu.deploy.<label>``) and the GPU workloads whose nodes get that label
+    (gpu-operator controllers/state_manager.go: gpuStateLabels, isStateEnabled; assets/state-*/*daemonset.yaml)."""
+
+    key: str | None  # None: the sandbox validator, which has no key of its own
+    daemonset: str
+    label: str
+    workloads: tuple[GpuWorkload, ...] = (CONTAINER_WORKLOAD,)
+    default: bool = True  # enabled when the ClusterPolicy leaves spec.<key>.enabled unset
+    sandbox: bool = False  # deployed only with spec.sandboxWorkloads.enabled
+    mode: str | None = None  # deployed only in this spec.sandboxWorkloads.mode (the CRD's default: kubevirt)
+    needed: bool = False  # nodes of its GPU workloads cannot serve VMs without it (the sandbox ones only)
+
+    def enabled(self, spec: Mapping[str, Any]) -> bool:
+        sandbox = spec.get("sandboxWorkloads") or {}
+        if self.sandbox and not sandbox.get("enabled", False):
+            return False
+        if self.mode is not None and sandbox.get("mode", SANDBOX_MODE) != self.mode:
+            return False
+        return self.key is None or bool((spec.get(self.key) or {}).get("enabled", self.default))
+
+
 OPERANDS = (
-    ("driver", "nvidia-driver-daemonset", "driver"),
-    ("toolkit", "nvidia-container-toolkit-daemonset", "container-toolkit"),
-    ("validator", "nvidia-operator-validator", "operator-validator"),
-    ("devicePlugin", "nvidia-device-plugin-daemonset", "device-plugin"),
-    ("dcgm", "nvidia-dcgm", "dcgm"),
-    ("dcgmExporter", "nvidia-dcgm-exporter", "dcgm-exporter"),
-    ("gfd", "gpu-feature-discovery", "gpu-feature-discovery"),
-    ("migManager", "nvidia-mig-manager", "mig-manager"),
-    ("nodeStatusExporter", "nvidia-node-status-exporter", "node-status-exporter"),
+    Operand("driver", "nvidia-driver-daemonset", "driver"),
+    Operand("toolkit", "nvidia-container-toolkit-daemonset", "container-toolkit"),
+    Operand("validator", "nvidia-operator-validator", "operator-validator"),
+    Operand("devicePlugin", "nvidia-device-plugin-daemonset", "device-plugin"),
+    Operand("dcgm", "nvidia-dcgm", "dcgm"),
+    Operand("dcgmExporter", "nvidia-dcgm-exporter", "dcgm-exporter"),
+    Operand("gfd", "gpu-feature-discovery", "gpu-feature-discovery"),
+    Operand("migManager", "nvidia-mig-manager", "mig-manager"),  # its label only on MIG-capable GPUs
+    Operand("nodeStatusExporter", "nvidia-node-status-exporter", "node-status-exporter", default=False),
+    # sandbox workloads (the kata mode's device plugin and confidential-computing manager are left out: gpufleet's
+    # VMs are KubeVirt's, and the operator no longer deploys its kata manager)
+    Operand(
+        "sandboxDevicePlugin",
+        "nvidia-sandbox-device-plugin-daemonset",
+        "sandbox-device-plugin",
+        VM_WORKLOADS,
+        default=False,
+        sandbox=True,
+        mode=SANDBOX_MODE,
+        needed=True,
+    ),
+    Operand(None, "nvidia-sandbox-validator", "sandbox-validator", VM_WORKLOADS, sandbox=True),
+    Operand("vfioManager", "nvidia-vfio-manager", "vfio-manager", (PASSTHROUGH,), False, sandbox=True, needed=True),
+    Operand("vgpuManager", "nvidia-vgpu-manager-daemonset", "vgpu-manager", (VGPU,), False, sandbox=True, needed=True),
+    Operand(
+        "vgpuDeviceManager", "nvidia-vgpu-device-manager", "vgpu-device-manager", (VGPU,), False, True, needed=True
+    ),
 )
 # the operands whose part in the labelling fixpoint or in not_needed is their own (the others are plain "operand")
 OPERAND_ROLES = {"gfd": "gfd", "devicePlugin": "device-plugin", "driver": "driver", "migManager": "mig-manager"}
 MPS_CONTROL_DAEMON = "nvidia-device-plugin-mps-control-daemon"
-# the operand labels the operator adds to every GPU node (all but the MIG manager's, which needs a MIG-capable GPU)
-OPERATOR_STATE_LABELS = tuple(DEPLOY_LABEL_PREFIX + label for _, _, label in OPERANDS if label != "mig-manager")
+
+
+def state_labels(workload: str) -> tuple[str, ...]:
+    """The operand labels the operator adds to a GPU node of ``workload`` (the MIG manager's apart: it adds that one
+    to container nodes with MIG-capable GPUs only)."""
+    return tuple(
+        DEPLOY_LABEL_PREFIX + o.label for o in OPERANDS if workload in o.workloads and o.label != "mig-manager"
+    )
+
+
+@dataclass(frozen=True)
+class OperatorPolicy:
+    """What the operator's node labelling reads from the rendered ClusterPolicy."""
+
+    mig_disabled_default: bool = False  # migManager.config.default all-disabled: MIG-capable nodes get it as MIG config
+    sandbox: bool = False  # sandboxWorkloads.enabled: each GPU node runs the operands of its GPU workload
+    default_workload: GpuWorkload = CONTAINER_WORKLOAD  # sandboxWorkloads.defaultWorkload, where it is a valid one
+
+    @classmethod
+    def of(cls, objects: Iterable[Mapping[str, Any]]) -> OperatorPolicy:
+        for obj in objects:
+            if obj.get("kind") == "ClusterPolicy":
+                spec = obj.get("spec") or {}
+                sandbox = spec.get("sandboxWorkloads") or {}
+                default = sandbox.get("defaultWorkload")
+                return cls(
+                    mig_disabled_default=(spec.get("migManager") or {}).get("config", {}).get("default")
+                    == DISABLED_CONFIG,
+                    sandbox=bool(sandbox.get("enabled", False)),
+                    default_workload=default if default in GPU_WORKLOADS else CONTAINER_WORKLOAD,
+                )
+        return cls()
+
+    def workload(self, labels: Mapping[str, str]) -> str:
+        """A node's GPU workload as the operator reads it: its label (when valid), else the default; container for
+        every node without sandbox workloads."""
+        if not self.sandbox:
+            return CONTAINER_WORKLOAD
+        value = labels.get(GPU_WORKLOAD_CONFIG_LABEL)
+        return value if value in GPU_WORKLOADS else self.default_workload
 
 
 @dataclass(frozen=True)
@@ -242,6 +337,7 @@ class Workload:
     name: str
     placement: Placement
     role: str  # nfd-worker, gfd, operator, device-plugin, mps-control-daemon, driver, mig-manager, controller, ...
+    serves: tuple[GpuWorkload, ...] | None = None  # the GPU workloads it is for; None: every node (NFD's worker)
 
 
 def _role(name: str, labels: Mapping[str, str]) -> str:
@@ -259,6 +355,10 @@ def _role(name: str, labels: Mapping[str, str]) -> str:
     return "controller"
 
 
+# the charts' own GPU DaemonSets (the standalone device plugin's) serve containers
+CONTAINER_ROLES = ("gfd", "device-plugin", "mps-control-daemon")
+
+
 def workloads(chart: str, objects: Iterable[Mapping[str, Any]]) -> list[Workload]:
     """The chart's DaemonSets and Deployments (Helm hooks left out), and the operand DaemonSets the GPU Operator
     creates from a rendered ClusterPolicy."""
@@ -269,7 +369,9 @@ def workloads(chart: str, objects: Iterable[Mapping[str, Any]]) -> list[Workload
             template = obj["spec"]["template"]
             labels = {**(meta.get("labels") or {}), **((template.get("metadata") or {}).get("labels") or {})}
             placement = Placement.from_pod_spec(template.get("spec") or {})
-            out.append(Workload(chart, kind, meta["name"], placement, _role(meta["name"], labels)))
+            role = _role(meta["name"], labels)
+            serves = (CONTAINER_WORKLOAD,) if kind == "DaemonSet" and role in CONTAINER_ROLES else None
+            out.append(Workload(chart, kind, meta["name"], placement, role, serves))
         elif kind == "ClusterPolicy":
             out.extend(_operands(chart, obj["spec"]))
     return out
@@ -278,17 +380,18 @@ def workloads(chart: str, objects: Iterable[Mapping[str, Any]]) -> list[Workload
 def _operands(chart: str, spec: Mapping[str, Any]) -> list[Workload]:
     tolerations = (spec.get("daemonsets") or {}).get("tolerations") or []
     out = []
-    for key, name, label in OPERANDS:
-        if not (spec.get(key) or {}).get("enabled", True):
+    for op in OPERANDS:
+        if not op.enabled(spec):
             continue
-        selector = {DEPLOY_LABEL_PREFIX + label: "true"}
+        selector = {DEPLOY_LABEL_PREFIX + op.label: "true"}
         placement = Placement.from_pod_spec({"nodeSelector": selector, "tolerations": tolerations})
-        out.append(Workload(chart, "DaemonSet", name, placement, OPERAND_ROLES.get(key, "operand")))
-        if key == "devicePlugin":  # the operator's MPS control daemon comes with its device plugin
+        role = OPERAND_ROLES.get(op.key or "", "operand")
+        out.append(Workload(chart, "DaemonSet", op.daemonset, placement, role, op.workloads))
+        if op.key == "devicePlugin":  # the operator's MPS control daemon comes with its device plugin
             mps = Placement.from_pod_spec(
                 {"nodeSelector": {**selector, MPS_CAPABLE_LABEL: "true"}, "tolerations": tolerations}
             )
-            out.append(Workload(chart, "DaemonSet", MPS_CONTROL_DAEMON, mps, "mps-control-daemon"))
+            out.append(Workload(chart, "DaemonSet", MPS_CONTROL_DAEMON, mps, "mps-control-daemon", op.workloads))
     return out
 
 
@@ -297,9 +400,10 @@ def _runs(workload: Workload, target: Target, labels: Mapping[str, str]) -> list
 
 
 def converge(
-    loads: list[Workload], targets: list[Target], *, mig_disabled_default: bool = False
+    loads: list[Workload], targets: list[Target], policy: OperatorPolicy | None = None
 ) -> dict[str, dict[str, str]]:
     """The labels each target's nodes end up with once the GPU software has run (see the module docstring)."""
+    policy = policy or OperatorPolicy()
     labels = {t.name: dict(t.node.labels) for t in targets}
     operator_runs = False
     for _ in range(8):  # each pass adds labels only; a handful of passes reach the fixpoint
@@ -317,19 +421,30 @@ def converge(
             if operator_runs and node.get(NFD_GPU_LABEL) == "true":
                 node.setdefault(GPU_PRESENT_LABEL, "true")
             if operator_runs and node.get(GPU_PRESENT_LABEL) == "true":
-                for key in OPERATOR_STATE_LABELS:
+                workload = policy.workload(node)
+                for key in state_labels(workload):
                     node.setdefault(key, "true")
-                if node.get(MIG_CAPABLE_LABEL) == "true":
+                if workload == CONTAINER_WORKLOAD and node.get(MIG_CAPABLE_LABEL) == "true":
                     node.setdefault(DEPLOY_LABEL_PREFIX + "mig-manager", "true")
-                    if mig_disabled_default:
+                    if policy.mig_disabled_default:
                         node.setdefault(MIG_CONFIG_LABEL, DISABLED_CONFIG)
         if (labels, operator_runs) == before:
             break
     return labels
 
 
+def _not_its_workload(workload: Workload, target: Target) -> str | None:
+    """Why ``workload`` is not for ``target``'s GPUs (their GPU workload is not one it serves), or None."""
+    if workload.serves is None or target.workload in workload.serves:
+        return None
+    serves = " and ".join(workload.serves)
+    return f"its GPUs {WORKLOAD_WORDS[target.workload]} ({target.workload}); it serves {serves} nodes"
+
+
 def not_needed(workload: Workload, target: Target) -> str | None:
     """Why ``workload`` need not run on GPU target ``target``, or None when it must."""
+    if (reason := _not_its_workload(workload, target)) is not None:
+        return reason
     if workload.role == "driver" and not target.driver_by_operator:
         return "the driver is installed by AKS or the host roles here, not by the operator"
     if workload.role == "mig-manager" and not target.mig_capable:
@@ -353,30 +468,64 @@ class Coverage:
     name: str
     runs_on: tuple[str, ...]
     misses: tuple[Miss, ...]
+    unwanted: tuple[Miss, ...] = ()  # GPU targets it runs on but is not for (another GPU workload's DaemonSet)
 
     @property
     def problems(self) -> list[str]:
-        """What is wrong: a GPU DaemonSet missing a target it must serve, a Deployment with nowhere to run."""
+        """What is wrong: a GPU DaemonSet missing a target it must serve or running on one it is not for, a
+        Deployment with nowhere to run."""
         out = [f"{self.kind} {self.name} would not run on {m.target}: {m.why}" for m in self.misses if not m.intended]
+        out += [f"{self.kind} {self.name} would run on {m.target}, which it is not for: {m.why}" for m in self.unwanted]
         if self.kind == "Deployment" and not self.runs_on:
             out.append(f"Deployment {self.name} fits no pool or host group")
         return out
 
 
 def coverage(loads: list[Workload], targets: list[Target], labels: Mapping[str, Mapping[str, str]]) -> list[Coverage]:
-    """For each workload, the targets it runs on and, for DaemonSets, the GPU targets it does not run on, and why."""
+    """For each workload, the targets it runs on and, for DaemonSets, the GPU targets it does not run on, and why,
+    and those it runs on but is not for."""
     out = []
     for w in loads:
-        runs_on, misses = [], []
+        runs_on, misses, unwanted = [], [], []
         for t in targets:
             reasons = _runs(w, t, labels[t.name])
             if not reasons:
                 runs_on.append(t.name)
+                if w.kind == "DaemonSet" and t.gpu and (reason := _not_its_workload(w, t)) is not None:
+                    unwanted.append(Miss(t.name, reason, intended=False))
             elif w.kind == "DaemonSet" and t.gpu:
                 reason = not_needed(w, t)
                 misses.append(Miss(t.name, reason or "; ".join(reasons), intended=reason is not None))
-        out.append(Coverage(w.chart, w.kind, w.name, tuple(runs_on), tuple(misses)))
+        out.append(Coverage(w.chart, w.kind, w.name, tuple(runs_on), tuple(misses), tuple(unwanted)))
     return out
+
+
+def undeployed(chart: str, loads: list[Workload], targets: list[Target]) -> list[Coverage]:
+    """The operands the stack's GPU VM hosts need that ``chart``'s render does not deploy at all (sandbox workloads
+    off, an operand off, or a chart without them): each a DaemonSet that runs nowhere and misses those hosts."""
+    deployed = {w.name for w in loads}
+    out = []
+    for op in OPERANDS:
+        hosts = [t.name for t in targets if t.gpu and t.workload in op.workloads]
+        if not op.needed or op.daemonset in deployed or not hosts:
+            continue
+        if chart == GPU_OPERATOR_CHART:
+            mode = f", sandboxWorkloads.mode {op.mode}" if op.mode else ""
+            why = f"the ClusterPolicy does not deploy it (it needs sandboxWorkloads.enabled{mode} and {op.key}.enabled)"
+        else:
+            why = f"the {chart} chart has no sandbox workloads: GPU VM host groups need the {GPU_OPERATOR_CHART} chart"
+        out.append(Coverage(chart, "DaemonSet", op.daemonset, (), tuple(Miss(h, why, intended=False) for h in hosts)))
+    return out
+
+
+def place(rendered: Iterable[RenderedChart], targets: list[Target]) -> tuple[dict[str, dict[str, str]], list[Coverage]]:
+    """The rendered charts' workloads placed on ``targets``: the labels the nodes end up with, where each workload
+    runs, and the operands GPU VM hosts need that no chart deploys."""
+    rendered = list(rendered)
+    loads = [w for c in rendered for w in workloads(c.release.chart, c.objects)]
+    labels = converge(loads, targets, OperatorPolicy.of(o for c in rendered for o in c.objects))
+    missing = [c for chart in rendered for c in undeployed(chart.release.chart, loads, targets)]
+    return labels, coverage(loads, targets, labels) + missing
 
 
 # -- the render -------------------------------------------------------------------------------------------------
@@ -410,7 +559,8 @@ class Render:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: ``{stack, charts:[{name, version, file, objects}], daemonsets:[{chart, name, runs_on,
-        misses:[{target, why, intended}]}], deployments:[{chart, name, runs_on}], nodes:[...]}``."""
+        misses:[{target, why, intended}], unwanted:[{target, why}]}], deployments:[{chart, name, runs_on}],
+        nodes:[...]}``."""
         return {
             "stack": self.stack,
             "charts": [
@@ -423,6 +573,7 @@ class Render:
                     "name": c.name,
                     "runs_on": list(c.runs_on),
                     "misses": [{"target": m.target, "why": m.why, "intended": m.intended} for m in c.misses],
+                    "unwanted": [{"target": m.target, "why": m.why} for m in c.unwanted],
                 }
                 for c in self.coverage
                 if c.kind == "DaemonSet"
@@ -477,15 +628,8 @@ def render(
         rendered.append(RenderedChart(release, manifest, parse_objects(manifest)))
     chart_name = wanted[0].chart if wanted else baremetal_chart
     targets = stack_targets(plan, chart_name)
-    loads = [w for c in rendered for w in workloads(c.release.chart, c.objects)]
-    mig_default = any(
-        (o.get("spec") or {}).get("migManager", {}).get("config", {}).get("default") == DISABLED_CONFIG
-        for c in rendered
-        for o in c.objects
-        if o.get("kind") == "ClusterPolicy"
-    )
-    labels = converge(loads, targets, mig_disabled_default=mig_default)
-    return Render(plan.stack, rendered, targets, labels, coverage(loads, targets, labels))
+    labels, placed = place(rendered, targets)
+    return Render(plan.stack, rendered, targets, labels, placed)
 
 
 def write(result: Render, out: Path) -> list[Path]:

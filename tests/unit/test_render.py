@@ -4,6 +4,7 @@ CRD schemas), only the charts' keys, and the GPU software landing on every GPU p
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -29,14 +30,27 @@ from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY
 pytestmark = needs_charts
 
 ONPREM = FIXTURES / "gpu-software" / "Pulumi.prod-onprem.yaml"
-# every example stack that installs GPU software, and the bare-metal fixture with each chart kubernetes.yml installs
+# the bare-metal example: container host groups, and GPU VM host groups (one passes GPUs through, one splits them
+# into vGPUs)
+VM_HOSTS = REPO / "examples" / "baremetal" / "Pulumi.prod-onprem.yaml"
+BAREMETAL = {ONPREM: "prod-onprem", VM_HOSTS: "vm-hosts"}
+# every example stack that installs GPU software, and the bare-metal stacks with each chart kubernetes.yml installs
 CASES = [(p, GPU_OPERATOR_CHART) for p in EXAMPLE_STACKS if "lab-local" not in p.name] + [
     (ONPREM, GPU_OPERATOR_CHART),
     (ONPREM, DEVICE_PLUGIN_CHART),
+    (VM_HOSTS, GPU_OPERATOR_CHART),
 ]
-CASE_IDS = [  # the AKS stacks by name, the bare-metal fixture by name and chart
-    p.name.removeprefix("Pulumi.").removesuffix(".yaml") + (f"-{chart}" if p == ONPREM else "") for p, chart in CASES
-]
+# rendered too, but not a case of the every-stack tests: the device plugin chart cannot serve GPU VM hosts
+RENDERS = [*CASES, (VM_HOSTS, DEVICE_PLUGIN_CHART)]
+
+
+def _case_id(path: Path, chart: str) -> str:  # the AKS stacks by name, the bare-metal stacks by name and chart
+    return (
+        f"{BAREMETAL[path]}-{chart}" if path in BAREMETAL else path.name.removeprefix("Pulumi.").removesuffix(".yaml")
+    )
+
+
+CASE_IDS = [_case_id(p, chart) for p, chart in CASES]
 
 
 def _render(stack, catalog, chart: str = GPU_OPERATOR_CHART) -> charts.Render:
@@ -46,10 +60,10 @@ def _render(stack, catalog, chart: str = GPU_OPERATOR_CHART) -> charts.Render:
 @pytest.fixture(scope="module")
 def rendered(catalog) -> dict[str, tuple[Any, charts.Render]]:
     out = {}
-    for (path, chart), case in zip(CASES, CASE_IDS, strict=True):
+    for path, chart in RENDERS:
         stack = load_stack(path, today=TODAY).stack
         assert stack is not None
-        out[case] = (stack, _render(stack, catalog, chart))
+        out[_case_id(path, chart)] = (stack, _render(stack, catalog, chart))
     return out
 
 
@@ -150,7 +164,9 @@ def test_every_gpu_daemonset_serves_every_target_it_must_and_controllers_find_a_
             assert all(m.intended for m in cov.misses), cov
 
 
-@pytest.mark.parametrize("case", CASE_IDS)
+# The sandbox values reach only the chart's ClusterPolicy template (a custom resource, checked against its CRD below):
+# the VM hosts' built-in objects are prod-onprem's, so kubernetes-validate (the slow check) runs once for both.
+@pytest.mark.parametrize("case", [c for c in CASE_IDS if c != f"vm-hosts-{GPU_OPERATOR_CHART}"])
 def test_every_rendered_builtin_object_passes_kubernetes_validate_strict(rendered, case):
     stack, result = rendered[case]
     version = charts.kube_version(stack.release.kubernetes).removeprefix("v")
@@ -275,6 +291,119 @@ def test_dcgm_exporter_service_monitor_follows_the_stack(catalog, monitoring):
     result = _variant(REPO / "Pulumi.prod-eastus.yaml", catalog, monitor)
     assert _policy(result)["dcgmExporter"]["serviceMonitor"]["enabled"] is monitoring
     assert set(_coverage(result, "nvidia-dcgm-exporter").runs_on) == {"nvlmig", "t4spot"}
+
+
+# -- GPU VM host groups: the GPU Operator's sandbox workloads ------------------------------------------------------
+
+WORKLOAD = "nvidia.com/gpu.workload.config"
+VM_CASE = f"vm-hosts-{GPU_OPERATOR_CHART}"
+CONTAINER_GROUPS, VM_GROUPS = ("h100", "l40s"), ("h100vm", "l40svgpu")
+# the operator's DaemonSets for VMs and the host groups they must run on (h100vm: passthrough, l40svgpu: vGPU)
+SANDBOX_OPERANDS = {
+    "nvidia-sandbox-device-plugin-daemonset": VM_GROUPS,
+    "nvidia-sandbox-validator": VM_GROUPS,
+    "nvidia-vfio-manager": ("h100vm",),
+    "nvidia-vgpu-manager-daemonset": ("l40svgpu",),
+    "nvidia-vgpu-device-manager": ("l40svgpu",),
+}
+# the ones without which a VM host serves no VM (the validator only reports)
+NEEDED = {name: groups for name, groups in SANDBOX_OPERANDS.items() if name != "nvidia-sandbox-validator"}
+CONTAINER_OPERANDS = (
+    "nvidia-device-plugin-daemonset",
+    "gpu-feature-discovery",
+    "nvidia-dcgm-exporter",
+    "nvidia-operator-validator",
+)
+
+
+def test_the_rendered_cluster_policy_turns_on_sandbox_workloads_and_the_stacks_vgpu_manager(rendered):
+    stack, result = rendered[VM_CASE]
+    vgpu = stack.baremetal.host_group("l40svgpu").virtualization.vgpu
+    spec = _policy(result)  # as helm rendered it: what the operator reads
+    assert spec["sandboxWorkloads"] == {"enabled": True, "defaultWorkload": "container", "mode": "kubevirt"}
+    assert spec["vfioManager"]["enabled"] and spec["sandboxDevicePlugin"]["enabled"]
+    assert spec["vgpuDeviceManager"]["enabled"]
+    manager = spec["vgpuManager"]
+    assert manager["enabled"] and manager["repository"] == vgpu.manager_repository == "registry.example.net/nvidia"
+    assert (manager["image"], manager["version"], manager["imagePullSecrets"]) == (
+        "vgpu-manager",
+        "580.95.02",
+        ["vgpu-registry"],
+    )
+    assert "sandboxWorkloads" not in rendered[f"prod-onprem-{GPU_OPERATOR_CHART}"][1].charts[0].release.values
+
+
+def test_sandbox_operands_run_on_the_vm_host_groups_of_their_workload_and_nowhere_else(rendered):
+    _, result = rendered[VM_CASE]
+    assert result.problems == []
+    for name, groups in SANDBOX_OPERANDS.items():
+        cov = _coverage(result, name)
+        assert cov.runs_on == groups, cov
+        assert {m.target for m in cov.misses} == set(CONTAINER_GROUPS + VM_GROUPS) - set(groups)
+        assert all(m.intended for m in cov.misses) and cov.unwanted == ()
+    assert result.labels["h100vm"][WORKLOAD] == "vm-passthrough"
+    assert result.labels["h100vm"]["nvidia.com/gpu.deploy.vfio-manager"] == "true"
+    assert result.labels["l40svgpu"]["nvidia.com/vgpu.config"] == "L40S-12Q"
+    summary = {d["name"]: d for d in result.to_dict()["daemonsets"]}  # gpufleet render --json
+    assert summary["nvidia-vfio-manager"]["runs_on"] == ["h100vm"] and summary["nvidia-vfio-manager"]["unwanted"] == []
+
+
+def test_container_operands_stay_off_the_vm_host_groups(rendered):
+    _, result = rendered[VM_CASE]
+    for name in CONTAINER_OPERANDS:
+        cov = _coverage(result, name)
+        assert cov.runs_on == CONTAINER_GROUPS, cov
+        assert [(m.target, m.intended) for m in cov.misses] == [(g, True) for g in VM_GROUPS]
+        assert "passed through to VMs (vm-passthrough)" in cov.misses[0].why
+    for group in VM_GROUPS:
+        assert "nvidia.com/gpu.deploy.device-plugin" not in result.labels[group]
+        assert "nvidia.com/gpu.deploy.driver" not in result.labels[group]
+    # the operator finds the VM hosts' GPUs through NFD, as everywhere
+    assert _coverage(result, "gpu-operator-node-feature-discovery-worker").runs_on == CONTAINER_GROUPS + VM_GROUPS
+
+
+def test_the_device_plugin_chart_stays_off_the_vm_hosts_and_says_it_cannot_serve_them(rendered):
+    _, result = rendered[f"vm-hosts-{DEVICE_PLUGIN_CHART}"]
+    plugin = _coverage(result, "nvidia-device-plugin")
+    assert plugin.runs_on == CONTAINER_GROUPS and all(m.intended for m in plugin.misses)
+    missing = {c.name: tuple(m.target for m in c.misses) for c in result.coverage if c.name in NEEDED}
+    assert missing == NEEDED
+    assert len(result.problems) == sum(map(len, NEEDED.values()))
+    assert all("GPU VM host groups need the gpu-operator chart" in p for p in result.problems)
+
+
+def _problems(result: charts.Render, targets=None, objects=None) -> list[str]:
+    """The problems of ``result``'s render placed again (no helm) on other targets, or with other objects."""
+    again = [charts.RenderedChart(c.release, c.manifest, objects or c.objects) for c in result.charts]
+    _, placed = charts.place(again, targets or result.targets)
+    return [p for c in placed for p in c.problems]
+
+
+def test_without_the_workload_label_the_check_sees_container_operands_on_the_vm_hosts(rendered):
+    _, result = rendered[VM_CASE]
+    unlabelled = [
+        dataclasses.replace(
+            t, node=dataclasses.replace(t.node, labels={k: v for k, v in t.node.labels.items() if k != WORKLOAD})
+        )
+        for t in result.targets
+    ]
+    problems = _problems(result, targets=unlabelled)
+    assert any(p.startswith("DaemonSet nvidia-vfio-manager would not run on h100vm:") for p in problems), problems
+    wrong = "DaemonSet nvidia-device-plugin-daemonset would run on h100vm, which it is not for: its GPUs are passed"
+    assert any(p.startswith(wrong) for p in problems), problems
+
+
+def test_without_sandbox_workloads_in_the_policy_the_check_sees_the_vm_hosts_unserved(rendered):
+    _, result = rendered[VM_CASE]
+    objects = copy.deepcopy(result.charts[0].objects)
+    next(o for o in objects if o["kind"] == "ClusterPolicy")["spec"]["sandboxWorkloads"]["enabled"] = False
+    problems = _problems(result, objects=objects)
+    assert (
+        "DaemonSet nvidia-vfio-manager would not run on h100vm: the ClusterPolicy does not deploy it (it needs"
+        " sandboxWorkloads.enabled and vfioManager.enabled)"
+    ) in problems
+    wrong = "DaemonSet nvidia-device-plugin-daemonset would run on l40svgpu, which it is not for"
+    assert any(p.startswith(wrong) for p in problems), problems
 
 
 # -- gpufleet render: the command ------------------------------------------------------------------------------
