@@ -34,14 +34,14 @@ $(STAMP): pyproject.toml scripts/bootstrap.sh scripts/install_helm.py
 	@$(BIN)/python scripts/install_helm.py
 	@touch $@
 
-# pylint only for copied logic: 6+ similar lines anywhere in the code (the hostfacts and driverstate module_utils
-# are symlinks to gpufleet/hostfacts.py and gpufleet/driverstate.py, the same files).
+# pylint only for copied logic: 6+ similar lines anywhere in the code (the hostfacts, driverstate and vfio module_utils
+# are symlinks to gpufleet/hostfacts.py, gpufleet/driverstate.py and gpufleet/vfio.py, the same files).
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pylint --disable=all --enable=duplicate-code --min-similarity-lines=6 --ignore-imports=yes \
 	  --ignore-docstrings=yes --ignore-comments=yes --ignore-signatures=yes --recursive=y --score=no \
-	  --ignore-paths='ansible/plugins/module_utils/gpufleet_(hostfacts|driverstate).py' gpufleet infra ansible roles
+	  --ignore-paths='ansible/plugins/module_utils/gpufleet_(hostfacts|driverstate|vfio).py' gpufleet infra ansible roles
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint -q
 
