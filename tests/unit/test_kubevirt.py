@@ -17,16 +17,15 @@ from typer.testing import CliRunner
 
 from gpufleet.catalog import Gpu
 from gpufleet.cli import app
-from gpufleet.hostfacts import format_cpulist, read_host
+from gpufleet.hostfacts import format_cpulist
 from gpufleet.kubevirt import KubeVirtError, manifests, sandbox_resource
 from gpufleet.spec.models import TuningProfile, Virtualization
 from gpufleet.topology import plan as topology_plan
 from gpufleet.virt import plan
 from tests.charts import crd_errors, crd_validator
 from tests.conftest import FIXTURES
+from tests.unit.conftest import DGX
 
-DGX = FIXTURES / "hosts" / "dgx-h100"
-LAB = FIXTURES / "hosts" / "lab-vm-tuned"
 CRDS = FIXTURES / "crds" / "kubevirt"
 H100_RESOURCE = "nvidia.com/GH100_H100_SXM5_80GB"  # the GPU Operator's sandbox device plugin's name for 10de:2330
 
@@ -41,16 +40,6 @@ def _validator(kind: str) -> Any:
 def schema_errors(obj: dict[str, Any]) -> list[str]:
     assert obj["apiVersion"] == "kubevirt.io/v1"  # the CRDs serve v1 (and v1alpha3) with this one schema
     return crd_errors(_validator(obj["kind"]), obj)
-
-
-@pytest.fixture(scope="module")
-def dgx(catalog):
-    return read_host(str(DGX), catalog.gpus_by_pci_id)
-
-
-@pytest.fixture(scope="module")
-def lab(catalog):
-    return read_host(str(LAB), catalog.gpus_by_pci_id)
 
 
 def _domain(vm: dict[str, Any]) -> dict[str, Any]:

@@ -14,24 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli import app
-from gpufleet.hostfacts import read_host
 from gpufleet.spec.models import TuningProfile, Virtualization
 from gpufleet.virt import VirtError, plan
 from gpufleet.virt_xml import domain_xml
 from tests.conftest import FIXTURES
-
-DGX = FIXTURES / "hosts" / "dgx-h100"
-LAB = FIXTURES / "hosts" / "lab-vm-tuned"
-
-
-@pytest.fixture(scope="module")
-def dgx(catalog):
-    return read_host(str(DGX), catalog.gpus_by_pci_id)
-
-
-@pytest.fixture(scope="module")
-def lab(catalog):
-    return read_host(str(LAB), catalog.gpus_by_pci_id)
+from tests.unit.conftest import DGX
 
 
 def test_eight_vms_of_one_gpu_each_are_pinned_to_their_gpus_node(dgx):
