@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
+import json
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,3 +39,30 @@ def catalog():
     from gpufleet.catalog import load_catalog
 
     return load_catalog()
+
+
+Shared = Callable[[str, Callable[[Path], Any]], Any]
+
+
+@pytest.fixture(scope="session")
+def shared(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Shared:
+    """``shared(NAME, make)``: what ``make(directory)`` returns (as JSON reads it back), made once per test session.
+
+    For the module fixtures that cost seconds (an ansible-playbook run): pytest-xdist may hand a module's tests to
+    more than one worker, and each would make the fixture again. Here the first worker that asks makes it, in a
+    directory every worker can read; the others wait for it (a lock on NAME.lock) and read its result."""
+
+    def get(name: str, make: Callable[[Path], Any]) -> Any:
+        if worker_id == "master":  # no xdist: this process is the session
+            return json.loads(json.dumps(make(tmp_path_factory.mktemp(name))))
+        root = tmp_path_factory.getbasetemp().parent  # the session's, above each worker's own
+        directory, result = root / name, root / f"{name}.json"
+        with (root / f"{name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not result.exists():
+                shutil.rmtree(directory, ignore_errors=True)  # what a worker that failed making it left
+                directory.mkdir()
+                result.write_text(json.dumps(make(directory)))
+        return json.loads(result.read_text())
+
+    return get
