@@ -9,30 +9,36 @@ from pathlib import Path
 import pytest
 
 from tests.ansible_playbook import ansible_playbook
-from tests.conftest import REPO
+from tests.conftest import REPO, Shared
 
 TEMPLATE = REPO / "roles/kernel_cmdline/templates/grub-dropin.cfg.j2"
 PLAYBOOK = """
 - hosts: localhost
   gather_facts: false
   tasks:
-    - name: Render the drop-in
+    - name: Render the drop-ins
       ansible.builtin.template:
         src: "{{ template }}"
-        dest: "{{ out }}"
+        dest: "{{ item.out }}"
         mode: "0644"
+      loop: "{{ dropins }}"
+      vars:
+        kernel_cmdline_owner: "{{ item.owner }}"
+        kernel_cmdline_args: "{{ item.args }}"
+        kernel_cmdline_remove: "{{ item.remove }}"
 """
 
 
-def render(tmp_path: Path, owner: str, args: list[str], remove: list[str]) -> Path:
-    play, out = tmp_path / "play.yml", tmp_path / f"60-{owner}.cfg"
+def render(tmp_path: Path, dropins: dict[str, tuple[str, list[str], list[str]]]) -> dict[str, Path]:
+    """The drop-ins {name: (owner, args, remove)}, rendered by one run of Ansible: {name: its file}."""
+    play, out = tmp_path / "play.yml", {name: tmp_path / f"60-{owner}.cfg" for name, (owner, _, _) in dropins.items()}
     play.write_text(PLAYBOOK)
     variables = {
         "template": str(TEMPLATE),
-        "out": str(out),
-        "kernel_cmdline_owner": owner,
-        "kernel_cmdline_args": args,
-        "kernel_cmdline_remove": remove,
+        "dropins": [
+            {"out": str(out[name]), "owner": owner, "args": args, "remove": remove}
+            for name, (owner, args, remove) in dropins.items()
+        ],
     }
     proc = ansible_playbook(play, extra_vars=variables)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -51,14 +57,15 @@ def grub_defaults(linux_default: str, linux: str, dropins: list[Path], times: in
 
 
 @pytest.fixture(scope="module")
-def dropins(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    tmp = tmp_path_factory.mktemp("dropins")
+def dropins(shared: Shared) -> dict[str, Path]:
     huge = ["default_hugepagesz=1G", "hugepagesz=1G", "hugepages=0:1,1:1"]
-    return {
-        "hugepages": render(tmp, "gpufleet-hugepages", huge, []),
-        "sriov": render(tmp, "gpufleet-sriov", ["intel_iommu=on", "iommu=pt"], ["iommu=off"]),
-        "quiet": render(tmp, "molecule", [], ["quiet", "splash"]),
+    cases = {
+        "hugepages": ("gpufleet-hugepages", huge, []),
+        "sriov": ("gpufleet-sriov", ["intel_iommu=on", "iommu=pt"], ["iommu=off"]),
+        "quiet": ("molecule", [], ["quiet", "splash"]),
     }
+    made = shared("dropins", lambda tmp_path: {name: str(path) for name, path in render(tmp_path, cases).items()})
+    return {name: Path(path) for name, path in made.items()}
 
 
 def test_arguments_are_appended_once_however_often_the_drop_in_is_sourced(dropins):

@@ -16,7 +16,7 @@ from ruamel.yaml import YAML
 
 from gpufleet.spec import load_stack
 from tests.ansible_playbook import ansible_playbook
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, Shared
 
 STACK = FIXTURES / "gpu-software/Pulumi.prod-onprem.yaml"
 INVENTORY = """\
@@ -69,12 +69,10 @@ def recap(output: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def operator_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, str, int, str]:
+def operator_run(shared: Shared) -> tuple[Path, int, str, int, str]:
     """Two runs of the playbook with the GPU Operator chart: (directory, rc, output, second rc, second output)."""
-    tmp_path = tmp_path_factory.mktemp("kubernetes")
-    first = run(tmp_path)
-    second = run(tmp_path)
-    return tmp_path, *first, *second
+    path, *runs = shared("kubernetes-operator", lambda tmp_path: (str(tmp_path), *run(tmp_path), *run(tmp_path)))
+    return Path(path), *runs
 
 
 def test_the_toolkit_runs_on_the_gpu_host_only_before_the_release(operator_run):

@@ -25,7 +25,7 @@ from gpufleet.gpu_software import (
 from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG
 from gpufleet.plan import hosts, plan_stack
 from gpufleet.spec import load_stack
-from tests.ansible_playbook import ansible_playbook
+from tests.ansible_playbook import ansible_playbook, playbook_on_hosts
 from tests.charts import chart_keys, needs_charts, unknown_keys
 from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY
 
@@ -309,10 +309,10 @@ def test_node_manifest_lists_only_the_labels_set_and_is_never_pruned():
 
 HELM_ARGS_PLAY = """
 - name: Build each role's helm arguments
-  hosts: localhost
+  hosts: all
   gather_facts: false
   tasks:
-    - name: Put localhost in one of the stack's host groups (the roles refuse a host in none)
+    - name: Put the host in one of the stack's host groups (the roles refuse a host in none)
       ansible.builtin.group_by:
         key: hgx_whole
     - name: The host's plan, through the lookup
@@ -345,17 +345,20 @@ def ansible(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return ansible_playbook(*args)
 
 
-def helm_args(tmp_path: Path, stack: Path) -> dict[str, Any]:
-    play, out, extra = tmp_path / "play.yml", tmp_path / "helm.json", tmp_path / "vars.json"
-    play.write_text(HELM_ARGS_PLAY)
-    extra.write_text(json.dumps({"stack": str(stack), "out": str(out)}))
-    proc = ansible(tmp_path, "-e", f"@{extra}", str(play))
+def helm_args(tmp_path: Path, stacks: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """{host: the roles' helm arguments} of one run, each host with its own stack."""
+    hosts = {host: {"stack": str(stack), "out": str(tmp_path / f"{host}.json")} for host, stack in stacks.items()}
+    proc = playbook_on_hosts(tmp_path, HELM_ARGS_PLAY, hosts)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    return json.loads(out.read_text())
+    return {host: json.loads((tmp_path / f"{host}.json").read_text()) for host in stacks}
 
 
 def test_helm_arguments_carry_the_stacks_pinned_chart_versions(tmp_path: Path):
-    args = helm_args(tmp_path, ONPREM)
+    # promotion changes the pins: the helm arguments follow (a second host, with the stack as promoted)
+    promoted = edited(tmp_path, ONPREM, "gpu_operator: v26.7.0", "gpu_operator: v26.3.1")
+    promoted.write_text(promoted.read_text().replace("device_plugin: v0.20.0", "device_plugin: v0.18.2"))
+    both = helm_args(tmp_path, {"pinned": ONPREM, "promoted": promoted})
+    args, moved = both["pinned"], both["promoted"]
     assert args["gpu_operator"] == {
         "name": "gpu-operator",
         "chart_ref": "gpu-operator",
@@ -372,10 +375,6 @@ def test_helm_arguments_carry_the_stacks_pinned_chart_versions(tmp_path: Path):
         "release_namespace": "nvidia-device-plugin",
         "values_files": ["/etc/gpufleet/helm/nvidia-device-plugin.values.yaml"],
     }
-    # promotion changes the pins: the helm arguments follow
-    promoted = edited(tmp_path, ONPREM, "gpu_operator: v26.7.0", "gpu_operator: v26.3.1")
-    promoted.write_text(promoted.read_text().replace("device_plugin: v0.20.0", "device_plugin: v0.18.2"))
-    moved = helm_args(tmp_path, promoted)
     assert (moved["gpu_operator"]["chart_version"], moved["device_plugin"]["chart_version"]) == ("v26.3.1", "0.18.2")
 
 
