@@ -1,10 +1,16 @@
 """ansible/playbooks/verify.yml run for real by ansible-playbook, against this machine (connection local).
 
-This machine is no converged GPU host, so each test gives the play the plan this machine does meet (``-e
-gpufleet_plan=...``: one of its real kernel arguments, its real 2 MiB page count on NUMA node 0, a kubelet drop-in
-in a temporary directory) and stands in for the NVIDIA tools (``modinfo``, ``nvidia-smi``, ``dcgmi`` on PATH, a
-``/proc/driver/nvidia/version`` file). The roles' verify tasks and the play's checks run unchanged; what the
-tests look at is what a user sees: the exit status and the table.
+This machine is no converged GPU host, so each scenario gives the play a plan this machine does meet (one of its
+real kernel arguments, its real 2 MiB page count on NUMA node 0, a kubelet drop-in in a temporary directory), or
+that plan with one change, and stands in for the NVIDIA tools (``modinfo``, ``nvidia-smi``, ``dcgmi`` on PATH, a
+``/proc/driver/nvidia/version`` file). The roles' verify tasks and the play's checks run unchanged; what the tests
+look at is what a user sees: the exit status and the table.
+
+Each scenario is a host of one inventory, so that two runs of the playbook (one that passes, one that fails) check
+them all: a host's plan is its ``verify_test_plan`` (the extra var ``gpufleet_plan``, which outranks the plan the
+play computes, is a template of it), its stack its ``verify_test_stack``, and its stand-ins come first on PATH
+through its ``ansible_python_interpreter``, a script that puts the host's ``bin`` directory on PATH and runs this
+Python.
 """
 
 from __future__ import annotations
@@ -12,11 +18,14 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.ansible_playbook import ansible_env, ansible_playbook
+from tests.ansible_playbook import ansible_playbook
+from tests.conftest import Shared
 from tests.driver_standins import DriverHost, nvrm_line
 
 PLAYBOOKS = ("ansible/playbooks/verify.yml", "ansible/playbooks/mig.yml")
@@ -37,56 +46,145 @@ DCGM_FAIL = DCGM_PASS.replace(
     "| Error                     | Persistence mode for GPU 1 is currently disab  |\n"
     "|                           | led.                                           |\n",
 )
+# The plan and stack of a host: host variables, through extra vars that outrank the play's own (set_fact, vars)
+EXTRA_VARS = {
+    "gpufleet_plan": "{{ verify_test_plan }}",
+    "gpufleet_stack": "{{ verify_test_stack | default('lab-local') }}",
+}
+BRANCH_580 = {"nvidia_driver_branch": "580"}
+DEBIAN_535 = {"nvidia_driver_branch": "535", "nvidia_driver_source": "debian"}
 
 pytestmark = pytest.mark.skipif(not NODE0_2M.exists(), reason="this machine has no 2 MiB hugepage counter on node 0")
 
 
-def met_plan(tmp_path: Path, **changes) -> dict:
-    """A plan this machine meets: a kernel argument it booted with, its 2 MiB pages on node 0, a kubelet drop-in."""
-    (tmp_path / "kubelet.conf").write_text(KUBELET)
-    plan = {
-        "kernel_args": [Path("/proc/cmdline").read_text().split()[0]],
-        "hugepages": [{"numa_node": 0, "size_kib": 2048, "count": int(NODE0_2M.read_text())}],
+@dataclass(frozen=True)
+class Tools:
+    """Stand-ins for the NVIDIA tools: nvidia-smi's persistence answer, dcgmi's diagnostic and exit status, and
+    what the nvidia_driver role's verify tasks read (``driver``: tests/driver_standins.py)."""
+
+    driver: DriverHost = field(default_factory=DriverHost)
+    persistence: str = "0, Enabled\n1, Enabled\n"
+    dcgm: str = DCGM_PASS
+    dcgm_rc: int = 0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One host of a run: how its plan differs from the met one (its kernel arguments, pages more on node 0), its
+    stand-ins (None: none, as on this machine), the nvidia_driver variables its inventory sets, its host group and
+    stack, and the verdict its row must show."""
+
+    host: str
+    verdict: str
+    kernel_args: tuple[str, ...] | None = None  # None: one this machine booted with
+    more_pages: int = 0
+    tools: Tools | None = field(default_factory=Tools)
+    variables: dict[str, Any] = field(default_factory=lambda: dict(BRANCH_580))
+    group: str | None = None
+    stack: str | None = None
+    ssh_port: int | None = None  # an SSH host at 127.0.0.1:PORT instead of a local connection
+
+
+def debian_module(installed: str) -> Tools:
+    """Debian's own driver packages (branch 535, open modules; Debian renames nvidia.ko) with ``installed`` the one
+    module modinfo knows."""
+    return Tools(DriverHost(module=installed, version="535.247.01", held=("nvidia-open-kernel-dkms",)))
+
+
+EVERY_CHECK_FAILS = Tools(
+    DriverHost(version="570.86.15", license="NVIDIA", loaded=nvrm_line("570.86.15", open_modules=False)),
+    persistence="0, Enabled\n1, Disabled\n",
+    dcgm=DCGM_FAIL,
+    dcgm_rc=226,
+)
+DOWN = Scenario("down", "UNREACHABLE", tools=None, variables={}, ssh_port=1)
+PASSING = [
+    Scenario("planned", "ok"),
+    Scenario("debian-open", "ok", tools=debian_module("nvidia-current-open"), variables=DEBIAN_535),
+]
+FAILING = [
+    Scenario("debian-proprietary", "FAIL", tools=debian_module("nvidia-current"), variables=DEBIAN_535),
+    Scenario("debian-cuda", "FAIL", tools=debian_module("nvidia"), variables=DEBIAN_535),
+    Scenario("hugepages-changed", "FAIL", more_pages=10),
+    Scenario("every-check-fails", "FAIL", kernel_args=("gpufleet.never=1",), tools=EVERY_CHECK_FAILS),
+    DOWN,
+    # no stand-ins: without an NVIDIA GPU, a driver branch or dcgmi, the NVIDIA checks do not apply
+    Scenario("mig-group", "FAIL", tools=None, variables={}, group="hgx_small",
+             stack="tests/fixtures/gpu-software/Pulumi.prod-onprem.yaml"),
+]  # fmt: skip
+LIMITED_OUT = "other"  # in the failing run's inventory, left out by --limit
+
+
+def plan(scenario: Scenario) -> dict[str, Any]:
+    """The plan of ``scenario``'s host: one this machine meets (a kernel argument it booted with, its 2 MiB pages on
+    node 0, the kubelet drop-in run_verify writes) but for the scenario's changes."""
+    booted = [Path("/proc/cmdline").read_text().split()[0]]
+    return {
+        "kernel_args": booted if scenario.kernel_args is None else list(scenario.kernel_args),
+        "hugepages": [{"numa_node": 0, "size_kib": 2048, "count": int(NODE0_2M.read_text()) + scenario.more_pages}],
         "kubelet": {"cpuManagerPolicy": "static"},
         "system_cpu_affinity": [],
         "irqbalance_banned_cpus": "",
         "sriov": [],
     }
-    return {"gpufleet_plan": plan | changes, "numa_pinning_kubelet_dropin": str(tmp_path / "kubelet.conf")}
 
 
-def nvidia_tools(
-    tmp_path: Path,
-    driver: DriverHost | None = None,
-    *,
-    persistence: str = "0, Enabled\n1, Enabled\n",
-    dcgm: str = DCGM_PASS,
-    dcgm_rc: int = 0,
-) -> dict:
-    """Stand-ins for the NVIDIA tools on PATH (tmp_path/bin): nvidia-smi, dcgmi, and what the nvidia_driver role's
-    verify tasks read (``driver``: by default the driver of branch 580 as planned, tests/driver_standins.py, below
-    the host root tmp_path/root); the vars that use them."""
+def install_tools(tmp_path: Path, tools: Tools) -> dict[str, Any]:
+    """Write ``tools`` into tmp_path/bin (the driver's files below tmp_path/root) and a Python for the host that
+    finds them first on PATH; the host variables that use them."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    outputs = {"nvidia-smi": (persistence, 0), "dcgmi": (dcgm, dcgm_rc)}
-    for tool, (text, rc) in outputs.items():
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for tool, (text, rc) in {"nvidia-smi": (tools.persistence, 0), "dcgmi": (tools.dcgm, tools.dcgm_rc)}.items():
         (tmp_path / f"{tool}.out").write_text(text)
         (bin_dir / tool).write_text(f"#!/bin/sh\ncat '{tmp_path / f'{tool}.out'}'\nexit {rc}\n")
         (bin_dir / tool).chmod(0o755)
-    (driver or DriverHost()).install(bin_dir, tmp_path / "root")
+    tools.driver.install(bin_dir, tmp_path / "root")
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nPATH='{bin_dir}':\"$PATH\" exec '{sys.executable}' \"$@\"\n")
+    python.chmod(0o755)
     return {
-        "nvidia_driver_branch": "580",
+        "ansible_python_interpreter": str(python),
         "nvidia_driver_host_root": str(tmp_path / "root"),
         "nvidia_driver_secure_boot": False,
     }
 
 
-def run_verify(tmp_path: Path, extra: dict, inventory: str = "localhost,", nvidia: bool = False, *args: str):
-    variables = {"ansible_python_interpreter": sys.executable, **extra}
-    return ansible_playbook(
-        "-i", inventory, "-c", "local", *args, "ansible/playbooks/verify.yml",
-        local=False, extra_vars=variables, env=ansible_env(tmp_path / "bin" if nvidia else None),
-    )  # fmt: skip
+def host_vars(tmp_path: Path, scenario: Scenario) -> dict[str, Any]:
+    """The inventory's variables of ``scenario``'s host (its stand-ins below tmp_path/HOST)."""
+    if scenario.ssh_port is not None:
+        connection = {"ansible_host": "127.0.0.1", "ansible_port": scenario.ssh_port, "ansible_connection": "ssh",
+                      "ansible_ssh_common_args": "-o ConnectTimeout=5"}  # fmt: skip
+    else:
+        connection = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    tools = install_tools(tmp_path / scenario.host, scenario.tools) if scenario.tools else {}
+    stack = {"verify_test_stack": scenario.stack} if scenario.stack else {}
+    return connection | tools | scenario.variables | stack | {"verify_test_plan": plan(scenario)}
+
+
+def run_verify(tmp_path: Path, scenarios: list[Scenario], *args: str) -> tuple[int, str]:
+    """verify.yml on an inventory of ``scenarios``' hosts (plus LIMITED_OUT): (exit status, output)."""
+    (tmp_path / "kubelet.conf").write_text(KUBELET)
+    hosts = {s.host: host_vars(tmp_path, s) for s in scenarios if s.group is None}
+    hosts[LIMITED_OUT] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    groups = {s.group: {"hosts": {s.host: host_vars(tmp_path, s)}} for s in scenarios if s.group}
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"hosts": hosts, "children": groups}}))  # JSON is YAML
+    variables = EXTRA_VARS | {"numa_pinning_kubelet_dropin": str(tmp_path / "kubelet.conf")}
+    proc = ansible_playbook("-i", inventory, *args, "ansible/playbooks/verify.yml", local=False, extra_vars=variables)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def passing_run(shared: Shared) -> tuple[int, str]:
+    rc, output = shared("verify-passing", lambda tmp: run_verify(tmp, PASSING, "--limit", f"all:!{LIMITED_OUT}"))
+    return rc, output
+
+
+@pytest.fixture(scope="module")
+def failing_run(shared: Shared) -> tuple[int, str]:
+    # --limit: the report is a task of the verifying play (a play on localhost would be skipped, and the run pass)
+    rc, output = shared("verify-failing", lambda tmp: run_verify(tmp, FAILING, "--limit", f"all:!{LIMITED_OUT}"))
+    return rc, output
 
 
 def table(output: str) -> list[str]:
@@ -102,19 +200,34 @@ def row(lines: list[str], host: str) -> dict[str, str]:
     return dict(zip(header, cells, strict=True))
 
 
-@pytest.mark.parametrize("playbook", PLAYBOOKS)
-def test_playbook_passes_syntax_check_from_the_repository_root(playbook: str):
-    proc = ansible_playbook("--syntax-check", "-i", "localhost,", playbook, local=False)
+def failures(lines: list[str], host: str) -> list[str]:
+    """The table's failure lines of ``host``."""
+    return [line for line in lines[lines.index("failures:") + 1 :] if line.startswith(f"  {host}  ")]
+
+
+def skips(lines: list[str], host: str) -> dict[str, str]:
+    """{check: reason} of the checks the table says were skipped on ``host`` (a line names checks and hosts)."""
+    found = {}
+    for line in lines[lines.index("skipped:") + 1 :]:
+        checks, hosts, reason = re.fullmatch(r"  (.+?) on (.+?): (.+)", line).groups()
+        if host in hosts.split(", "):
+            found |= dict.fromkeys(checks.split(", "), reason)
+    return found
+
+
+def test_playbooks_pass_syntax_check_from_the_repository_root():
+    proc = ansible_playbook("--syntax-check", "-i", "localhost,", *PLAYBOOKS, local=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [f"playbook: {p}" for p in PLAYBOOKS] == re.findall(r"^playbook: .+$", proc.stdout, re.M), proc.stdout
 
 
-def test_host_in_its_planned_state_passes_every_check(tmp_path: Path):
-    proc = run_verify(tmp_path, met_plan(tmp_path) | nvidia_tools(tmp_path), nvidia=True)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
-    lines = table(proc.stdout)
-    assert lines[0] == "gpufleet verify (lab-local): all 1 ok"
-    assert row(lines, "localhost") == {
-        "host": "localhost",
+def test_hosts_in_their_planned_state_pass_every_check(passing_run):
+    rc, output = passing_run
+    assert rc == 0, output[-4000:]
+    lines = table(output)
+    assert lines[0] == f"gpufleet verify (lab-local): all {len(PASSING)} ok"
+    assert row(lines, "planned") == {
+        "host": "planned",
         "result": "ok",
         "cmdline": "ok",
         "hugepages": "ok",
@@ -127,60 +240,65 @@ def test_host_in_its_planned_state_passes_every_check(tmp_path: Path):
         "dcgm": "ok",
     }
     assert "failures:" not in lines
-    assert "  sriov on localhost: the plan has no SR-IOV device" in lines
-    assert "  vfio on localhost: no VMs in its host group" in lines
-    assert "  mig on localhost: no MIG layout for its host groups" in lines
+    assert skips(lines, "planned") == {
+        "sriov": "the plan has no SR-IOV device",
+        "vfio": "no VMs in its host group",
+        "mig": "no MIG layout for its host groups",
+    }
 
 
 @pytest.mark.parametrize(
-    ("installed", "driver"), [("nvidia-current-open", "ok"), ("nvidia-current", "FAIL"), ("nvidia", "FAIL")]
-)
-def test_debians_renamed_module_is_the_planned_one(tmp_path: Path, installed: str, driver: str):
+    ("host", "installed", "driver"),
+    [("debian-open", "nvidia-current-open", "ok"), ("debian-proprietary", "nvidia-current", "FAIL"),
+     ("debian-cuda", "nvidia", "FAIL")],
+)  # fmt: skip
+def test_debians_renamed_module_is_the_planned_one(request, host: str, installed: str, driver: str):
     """With Debian's own packages (branch 535, open modules) the plan names the module nvidia-current-open (Debian
     renames nvidia.ko): that one is read; another module (proprietary nvidia-current, CUDA's nvidia) is not it."""
-    host = DriverHost(module=installed, version="535.247.01", held=("nvidia-open-kernel-dkms",))
-    tools = nvidia_tools(tmp_path, host) | {"nvidia_driver_branch": "535", "nvidia_driver_source": "debian"}
-    proc = run_verify(tmp_path, met_plan(tmp_path) | tools, nvidia=True)
-    assert proc.returncode == (0 if driver == "ok" else 2), proc.stdout[-4000:]
-    lines = table(proc.stdout)
-    assert row(lines, "localhost")["driver"] == driver
+    scenario = next(s for s in PASSING + FAILING if s.host == host)
+    assert scenario.tools.driver.module == installed
+    rc, output = request.getfixturevalue("passing_run" if driver == "ok" else "failing_run")
+    assert rc == (0 if driver == "ok" else 2), output[-4000:]
+    lines = table(output)
+    assert row(lines, host)["driver"] == driver
     if driver == "FAIL":
-        failures = "\n".join(lines[lines.index("failures:") + 1 :])
-        assert "the nvidia-current-open module for kernel " in failures
-        assert "is not installed (modinfo: modinfo: ERROR: Module nvidia-current-open not found.)" in failures
+        (failure,) = failures(lines, host)
+        assert f"  {host}  driver: the nvidia-current-open module for kernel " in failure
+        assert "is not installed (modinfo: modinfo: ERROR: Module nvidia-current-open not found.)" in failure
 
 
-def test_a_changed_hugepage_count_fails_the_run_with_the_table(tmp_path: Path):
+def test_a_failing_run_has_every_host_in_its_table_and_summary(failing_run):
+    rc, output = failing_run
+    assert rc == 2, output[-4000:]
+    lines = table(output)
+    bad = [s for s in FAILING if s.verdict != "ok"]
+    assert lines[0] == f"gpufleet verify (lab-local): {len(bad)} of {len(FAILING)} host(s) failed"
+    assert {s.host: row(lines, s.host)["result"] for s in FAILING} == {s.host: s.verdict for s in FAILING}
+    assert not any(line.split()[:1] == [LIMITED_OUT] for line in lines)  # --limit left it out
+    summary = re.search(rf"{len(bad)} of {len(FAILING)} host\(s\) failed verification: (.+?)\"", output)
+    assert summary, output[-4000:]
+    assert set(summary.group(1).split(", ")) == {f"{s.host} ({s.verdict})" for s in bad}
+
+
+def test_a_changed_hugepage_count_fails_the_run_with_the_table(failing_run):
+    rc, output = failing_run
+    assert rc == 2, output[-4000:]
     count = int(NODE0_2M.read_text())
-    extra = met_plan(tmp_path, hugepages=[{"numa_node": 0, "size_kib": 2048, "count": count + 10}])
-    # --limit: the report is a task of the verifying play (a play on localhost would be skipped, and the run pass)
-    proc = run_verify(tmp_path, extra | nvidia_tools(tmp_path), "localhost,other,", True, "--limit", "localhost")
-    assert proc.returncode == 2, proc.stdout[-4000:]
-    lines = table(proc.stdout)
-    assert lines[0] == "gpufleet verify (lab-local): 1 of 1 host(s) failed"
-    cells = row(lines, "localhost")
+    cells = row(table(output), "hugepages-changed")
     assert cells["result"] == "FAIL" and cells["hugepages"] == "FAIL"
     # the failure hides no other check: each ran and passed
     assert [cells[c] for c in ("cmdline", "cpu-pinning", "driver", "persistence", "dcgm")] == ["ok"] * 5
-    failures = lines[lines.index("failures:") + 1 :]
-    assert (
-        failures[0] == f"  localhost  hugepages: NUMA node 0 has {count} hugepages of 2048 kB; the plan is {count + 10}"
-    )
-    assert "1 of 1 host(s) failed verification: localhost (FAIL)" in proc.stdout
+    assert failures(table(output), "hugepages-changed") == [
+        f"  hugepages-changed  hugepages: NUMA node 0 has {count} hugepages of 2048 kB; the plan is {count + 10}"
+    ]
+    assert "hugepages-changed (FAIL)" in output[output.index("host(s) failed verification: ") :]
 
 
-def test_every_failing_check_is_reported_with_its_reason(tmp_path: Path):
-    extra = met_plan(tmp_path, kernel_args=["gpufleet.never=1"]) | nvidia_tools(
-        tmp_path,
-        DriverHost(version="570.86.15", license="NVIDIA", loaded=nvrm_line("570.86.15", open_modules=False)),
-        persistence="0, Enabled\n1, Disabled\n",
-        dcgm=DCGM_FAIL,
-        dcgm_rc=226,
-    )
-    proc = run_verify(tmp_path, extra, nvidia=True)
-    assert proc.returncode == 2, proc.stdout[-4000:]
-    lines = table(proc.stdout)
-    cells = row(lines, "localhost")
+def test_every_failing_check_is_reported_with_its_reason(failing_run):
+    rc, output = failing_run
+    assert rc == 2, output[-4000:]
+    lines = table(output)
+    cells = row(lines, "every-check-fails")
     assert [cells[c] for c in ("cmdline", "hugepages", "driver", "persistence", "dcgm")] == [
         "FAIL",
         "ok",
@@ -188,48 +306,47 @@ def test_every_failing_check_is_reported_with_its_reason(tmp_path: Path):
         "FAIL",
         "FAIL",
     ]
-    failures = "\n".join(lines[lines.index("failures:") + 1 :])
-    assert "cmdline: /proc/cmdline is" in failures and "missing ['gpufleet.never=1']" in failures
-    assert (
-        "driver: the nvidia module for kernel " in failures and "is 570.86.15; the release pins branch 580" in failures
-    )
-    assert "driver 570.86.15 is loaded; the release pins branch 580" in failures
-    assert "the loaded driver 570.86.15 uses the proprietary kernel modules; expected open" in failures
-    assert "is licensed 'NVIDIA' (proprietary); open modules are 'Dual MIT/GPL'" in failures
-    assert "persistence: persistence mode is off on GPU 1 (Disabled)" in failures
-    assert "dcgm: Persistence Mode: Fail (Persistence mode for GPU 1 is currently disabled.)" in failures
+    found = "\n".join(failures(lines, "every-check-fails"))
+    assert "cmdline: /proc/cmdline is" in found and "missing ['gpufleet.never=1']" in found
+    assert "driver: the nvidia module for kernel " in found and "is 570.86.15; the release pins branch 580" in found
+    assert "driver 570.86.15 is loaded; the release pins branch 580" in found
+    assert "the loaded driver 570.86.15 uses the proprietary kernel modules; expected open" in found
+    assert "is licensed 'NVIDIA' (proprietary); open modules are 'Dual MIT/GPL'" in found
+    assert "persistence: persistence mode is off on GPU 1 (Disabled)" in found
+    assert "dcgm: Persistence Mode: Fail (Persistence mode for GPU 1 is currently disabled.)" in found
 
 
-def test_unreachable_host_is_in_the_table_and_fails_the_run(tmp_path: Path):
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        "all:\n  hosts:\n"
-        "    down: {ansible_host: 127.0.0.1, ansible_port: 1, ansible_connection: ssh,"
-        " ansible_ssh_common_args: -o ConnectTimeout=5}\n"
-        f"    localhost: {{ansible_connection: local, ansible_python_interpreter: {sys.executable}}}\n"
-    )
-    # no stand-ins: without an NVIDIA GPU, a driver branch or dcgmi, the NVIDIA checks do not apply
-    proc = run_verify(tmp_path, met_plan(tmp_path), str(inventory))
-    assert proc.returncode == 2, proc.stdout[-4000:]
-    lines = table(proc.stdout)
+def test_unreachable_host_is_in_the_table_and_fails_the_run(failing_run):
+    rc, output = failing_run
+    assert rc == 2, output[-4000:]
+    lines = table(output)
     assert row(lines, "down")["result"] == "UNREACHABLE"
     assert set(row(lines, "down").values()) == {"down", "UNREACHABLE", "-"}
-    assert row(lines, "localhost")["result"] == "ok"
     assert any(line.startswith("  down  unreachable: ") and "port 1" in line for line in lines), "\n".join(lines)
-    skipped = "\n".join(lines[lines.index("skipped:") + 1 :])
-    assert "driver, persistence on localhost: no NVIDIA GPU, and nvidia_driver_branch is not set" in skipped
-    assert "dcgm on localhost: dcgmi is not installed" in skipped
+    # the hosts beside it were checked to the end: every check has its cell
+    assert all("-" not in row(lines, s.host).values() for s in FAILING if s is not DOWN)
 
 
-def test_host_of_a_group_with_a_mig_layout_is_checked_against_that_layout(tmp_path: Path):
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        "all:\n  children:\n    hgx_small:\n      hosts:\n"
-        f"        localhost: {{ansible_connection: local, ansible_python_interpreter: {sys.executable}}}\n"
-    )
-    extra = met_plan(tmp_path) | {"gpufleet_stack": "tests/fixtures/gpu-software/Pulumi.prod-onprem.yaml"}
-    proc = run_verify(tmp_path, extra, str(inventory))
-    assert proc.returncode == 2, proc.stdout[-4000:]
+def test_host_of_a_group_with_a_mig_layout_is_checked_against_that_layout(failing_run):
+    rc, output = failing_run
+    assert rc == 2, output[-4000:]
     # the group's layout (h100-7x1g) is asserted; nvidia-mig-parted is not on this machine, so the check fails
-    assert "TASK [mig : Assert the GPUs carry h100-7x1g]" in proc.stdout
-    assert row(table(proc.stdout), "localhost")["mig"] == "FAIL"
+    assert re.search(r"^TASK \[mig : Assert the GPUs carry h100-7x1g\]", output, re.M)
+    lines = table(output)
+    assert row(lines, "mig-group") == {
+        "host": "mig-group",
+        "result": "FAIL",
+        "cmdline": "ok",
+        "hugepages": "ok",
+        "cpu-pinning": "ok",
+        "sriov": "skip",
+        "driver": "skip",
+        "persistence": "skip",
+        "mig": "FAIL",
+        "dcgm": "skip",
+    }
+    assert [line.split(":")[0] for line in failures(lines, "mig-group")] == ["  mig-group  mig"]
+    # no stand-ins here: the NVIDIA checks do not apply, and the table says why
+    reasons = skips(lines, "mig-group")
+    assert reasons["driver"] == reasons["persistence"] == "no NVIDIA GPU, and nvidia_driver_branch is not set"
+    assert reasons["dcgm"] == "dcgmi is not installed"
