@@ -22,35 +22,18 @@ from gpufleet.promote import (
     replace_release_block,
 )
 from gpufleet.promote_ledger import LEDGER_FILE, Ledger
+from tests.cli_server import SERVER
 from tests.conftest import REPO
 
 STACKS = ["dev-westeurope", "staging-westeurope", "prod-eastus", "prod-westeurope", "lab-local"]
 NEW_PINS = ("    gpu_operator: v26.7.0\n", "    gpu_operator: v26.7.1\n")
-# `gpufleet ARGS` with the clock at argv[1] (what the ledger calls now): a soak passes without waiting for it
-AT_CLOCK = """
-import datetime as dt, sys
-import gpufleet.promote_ledger
-gpufleet.promote_ledger.now_utc = lambda: dt.datetime.fromisoformat(sys.argv[1])
-from gpufleet.cli import main
-main(sys.argv[2:])
-"""
 
 
 def run(
     root: Path, *args: str, now: dt.datetime | None = None, path: str = "/usr/bin:/bin", columns: int = 200
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m gpufleet ARGS --root ROOT`` in its own process; ``now`` sets its clock."""
-    command = ["-m", "gpufleet"] if now is None else ["-c", AT_CLOCK, now.isoformat()]
-    return subprocess.run(
-        [sys.executable, *command, *args, "--root", str(root)],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env(root, path, columns),
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+    """``gpufleet ARGS --root ROOT`` in its own process (forked by tests/cli_server.py); ``now`` sets its clock."""
+    return SERVER.run([*args, "--root", str(root)], cwd=root, env=env(root, path, columns), now=now)
 
 
 def env(root: Path, path: str = "/usr/bin:/bin", columns: int = 200) -> dict[str, str]:
