@@ -5,14 +5,17 @@ from __future__ import annotations
 import datetime as dt
 import fcntl
 import json
+import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.cli_server import SERVER
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -32,6 +35,15 @@ def gpufleet(*args: str, cwd: Path = REPO, timeout: float = 120) -> subprocess.C
         stdin=subprocess.DEVNULL,
         timeout=timeout,
     )
+
+
+def cli(
+    *args: str, cwd: Path = REPO, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``gpufleet ARGS`` as :func:`gpufleet` runs it (environment ``env``, by default this one), in a process forked
+    from one that has imported gpufleet already (tests/cli_server.py): for tests of what a command does, not of how
+    Python starts it."""
+    return SERVER.run(list(args), cwd=cwd, env=os.environ if env is None else env, timeout=timeout)
 
 
 @pytest.fixture(scope="session")

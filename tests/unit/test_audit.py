@@ -15,7 +15,7 @@ from gpufleet.catalog import load_catalog
 from gpufleet.plan import plan_stack
 from gpufleet.plan.build import workspace_name
 from gpufleet.spec import load_stack_text
-from tests.conftest import REPO, TODAY, gpufleet
+from tests.conftest import REPO, TODAY, cli
 
 PROD = (REPO / "Pulumi.prod-westeurope.yaml").read_text()
 
@@ -51,7 +51,7 @@ def test_rule_names_are_psrule_names_or_gpufleets_own():
 
 @pytest.mark.parametrize("stack", ["prod-westeurope", "prod-eastus"])
 def test_audit_of_the_prod_stacks_has_no_high_or_medium_finding(stack: str):
-    proc = gpufleet("audit", stack, "--json")
+    proc = cli("audit", stack, "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] is True
@@ -63,7 +63,7 @@ def test_audit_of_the_prod_stacks_has_no_high_or_medium_finding(stack: str):
 
 @pytest.mark.parametrize("stack", ["dev-westeurope", "staging-westeurope"])
 def test_the_other_example_stacks_pass_or_waive_every_rule(stack: str):
-    proc = gpufleet("audit", stack)
+    proc = cli("audit", stack)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "failing: 0 high, 0 medium, 0 low" in proc.stdout
 
@@ -106,18 +106,18 @@ def test_a_waived_rule_is_waived_with_its_reason_not_passing(tmp_path: Path):
     assert _statuses(text)["Azure.AKS.DefenderProfile"] == "waived"
     root = _project(tmp_path, text)
 
-    proc = gpufleet("audit", "prod-westeurope", "--root", str(root))
+    proc = cli("audit", "prod-westeurope", "--root", str(root))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"waived  medium  Azure.AKS.DefenderProfile      waived: {reason}" in proc.stdout
-    report = json.loads(gpufleet("audit", "prod-westeurope", "--json", "--root", str(root)).stdout)
+    report = json.loads(cli("audit", "prod-westeurope", "--json", "--root", str(root)).stdout)
     (defender,) = [r for r in report["rules"] if r["rule"] == "Azure.AKS.DefenderProfile"]
     assert (defender["status"], defender["reason"], report["counts"]["medium"]["waived"]) == ("waived", reason, 1)
 
-    plan = gpufleet("plan", "prod-westeurope", "--root", str(root))
+    plan = cli("plan", "prod-westeurope", "--root", str(root))
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert "security baseline: 13 pass, 1 waived, 0 failing" in plan.stdout
     assert f"waived Azure.AKS.DefenderProfile (medium): {reason}" in plan.stdout
-    planned = json.loads(gpufleet("plan", "prod-westeurope", "--json", "--root", str(root)).stdout)
+    planned = json.loads(cli("plan", "prod-westeurope", "--json", "--root", str(root)).stdout)
     assert planned["cluster"]["security"]["waivers"] == {"Azure.AKS.DefenderProfile": {"reason": reason}}
 
 
@@ -136,7 +136,7 @@ def test_audit_exits_1_on_a_high_or_medium_failure_and_says_where(tmp_path: Path
     file_lines = (root / "Pulumi.prod-westeurope.yaml").read_text().splitlines()
     defender_line = file_lines.index("        defender: false") + 1
 
-    proc = gpufleet("audit", "prod-westeurope", "--root", str(root))
+    proc = cli("audit", "prod-westeurope", "--root", str(root))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "failing: 1 high, 1 medium, 1 low; waived: 0" in proc.stdout
     assert (
@@ -144,7 +144,7 @@ def test_audit_exits_1_on_a_high_or_medium_failure_and_says_where(tmp_path: Path
         " (medium) fails: Microsoft Defender for Containers is off; set security.defender: true (the default), or"
         " accept it with aks.cluster.security.waivers: {Azure.AKS.DefenderProfile: {reason: ...}}"
     ) in proc.stdout
-    report = json.loads(gpufleet("audit", "prod-westeurope", "--json", "--root", str(root)).stdout)
+    report = json.loads(cli("audit", "prod-westeurope", "--json", "--root", str(root)).stdout)
     assert report["ok"] is False
     failing = {r["rule"]: r["line"] for r in report["rules"] if r["status"] == "fail"}
     assert set(failing) == {"Azure.AKS.AuthorizedIPs", "Azure.AKS.DefenderProfile", "gpufleet.AKS.ImageCleaner"}
@@ -152,19 +152,19 @@ def test_audit_exits_1_on_a_high_or_medium_failure_and_says_where(tmp_path: Path
 
 
 def test_audit_of_a_bare_metal_stack_has_nothing_to_check():
-    proc = gpufleet("audit", "lab-local", "--json")
+    proc = cli("audit", "lab-local", "--json")
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["rules"] == []
 
 
 def test_audit_of_an_invalid_stack_exits_1_with_the_errors():
-    proc = gpufleet("audit", "tests/fixtures/invalid/waiver_unknown_rule.yaml")
+    proc = cli("audit", "tests/fixtures/invalid/waiver_unknown_rule.yaml")
     assert proc.returncode == 1
     assert "nothing audited" in proc.stderr and "unknown baseline rule 'Azure.AKS.Defender'" in proc.stderr
 
 
 def test_audit_help_says_when_it_exits_1():
-    proc = gpufleet("audit", "--help")
+    proc = cli("audit", "--help")
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     assert "Exit 0 when no high or medium rule fails" in text and "1 when one does" in text

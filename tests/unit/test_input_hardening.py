@@ -12,7 +12,7 @@ from gpufleet.catalog import load_catalog
 from gpufleet.mig.demand import MAX_FLEET_GPUS, load_demand
 from gpufleet.spec import load_stack, load_stack_text
 from gpufleet.yamldoc import MAX_ALIASES, MAX_DEPTH, MAX_FILE_BYTES, read_yaml
-from tests.conftest import REPO, gpufleet
+from tests.conftest import REPO, cli
 
 STACK = (REPO / "Pulumi.dev-westeurope.yaml").read_text()
 
@@ -95,13 +95,13 @@ def test_a_fifo_is_refused_at_once(tmp_path: Path):
     os.mkfifo(fifo)
     _, diags = read_yaml(fifo)  # no writer: reading it would block for ever
     assert [d.message for d in diags] == ["not a regular file (a FIFO, device or directory); give a file"]
-    done = gpufleet("validate", str(fifo), timeout=30)
+    done = cli("validate", str(fifo), timeout=30)
     assert done.returncode == 2
     assert done.stderr.strip() == f"error: not a regular file: {fifo} (a stack is a YAML file)"
 
 
 def test_dev_zero_as_a_demand_is_refused_at_once():
-    done = gpufleet("mig", "pack", "--demand", "/dev/zero", timeout=30)
+    done = cli("mig", "pack", "--demand", "/dev/zero", timeout=30)
     assert (done.returncode, done.stderr.strip()) == (
         1,
         "/dev/zero:1: not a regular file (a FIFO, device or directory); give a file",
@@ -123,16 +123,16 @@ def test_a_file_over_the_size_limit_is_refused_with_the_limit(tmp_path: Path):
 def test_line_numbers_and_brackets_from_input_are_printed_as_they_are(tmp_path: Path):
     path = tmp_path / "Pulumi.dev-westeurope.yaml"
     path.write_text(STACK.replace("gpufleet:region: westeurope", "gpufleet:region: ':100: [red]x[/red]'"))
-    done = gpufleet("validate", str(path))
+    done = cli("validate", str(path))
     assert done.returncode == 1, done.stderr
     assert "region: ':100: [red]x[/red]' is not valid" in done.stdout  # not an emoji, not a style, no MarkupError
 
 
 def test_markup_in_arguments_is_printed_as_it_is():
-    done = gpufleet("mig", "check", "A100[/red]", "1g.10gb")
+    done = cli("mig", "check", "A100[/red]", "1g.10gb")
     assert done.returncode == 1
     assert done.stderr.startswith("error: unknown GPU 'A100[/red]'; valid: ")
-    done = gpufleet("mig", "check", "A100-SXM4-80GB", ":100:")
+    done = cli("mig", "check", "A100-SXM4-80GB", ":100:")
     assert done.stdout.startswith("does not fit: ':100:' is not a MIG profile of A100-SXM4-80GB")
 
 
@@ -140,7 +140,7 @@ def test_escape_sequences_from_input_never_reach_the_terminal(tmp_path: Path):
     path = tmp_path / "Pulumi.dev\x1b[2J-westeurope.yaml"
     # YAML's escapes \e and \a: an OSC sequence that would retitle the terminal, in a key the error names
     path.write_text(STACK.replace("  gpufleet:aks:", '  gpufleet:aks:\n    "\\e]0;owned\\a": 1', 1))
-    done = gpufleet("validate", str(path))
+    done = cli("validate", str(path))
     assert done.returncode == 1
     assert "\x1b" not in done.stdout + done.stderr
     assert "Pulumi.dev\\x1b[2J-westeurope.yaml" in done.stdout
@@ -148,7 +148,7 @@ def test_escape_sequences_from_input_never_reach_the_terminal(tmp_path: Path):
 
 
 def test_a_count_of_superscript_two_is_a_usage_error():
-    done = gpufleet("mig", "check", "A100-SXM4-80GB", "1g.10gb=²")
+    done = cli("mig", "check", "A100-SXM4-80GB", "1g.10gb=²")
     assert (done.returncode, done.stderr.strip()) == (
         2,
         "error: '1g.10gb=²': write PROFILE or PROFILE=COUNT, e.g. 1g.10gb=2",
@@ -185,7 +185,7 @@ def test_the_largest_fleet_a_demand_may_need_still_packs(tmp_path: Path):
     ],
 )
 def test_pack_output_into_a_missing_directory_or_onto_a_directory_is_a_usage_error(output: str, message: str):
-    done = gpufleet("mig", "pack", "--demand", "examples/mig-demand.yaml", "-o", output)
+    done = cli("mig", "pack", "--demand", "examples/mig-demand.yaml", "-o", output)
     assert (done.returncode, done.stderr.strip()) == (2, message)
 
 
@@ -219,7 +219,7 @@ def errors_of_demand(text: str) -> list[str]:
 
 
 def test_a_count_of_thousands_of_digits_is_a_usage_error():
-    done = gpufleet("mig", "check", "A100-SXM4-80GB", "1g.10gb=" + "9" * 5000)
+    done = cli("mig", "check", "A100-SXM4-80GB", "1g.10gb=" + "9" * 5000)
     assert done.returncode == 2
     assert done.stderr.strip() == (
         "error: '1g.10gb=99999999999999999999999999999999'...: a count of at most 6 digits (one GPU holds at most 7"

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack, load_stack_text
 from tests.charts import CHARTS_DIR, chart_keys, closed_schema, needs_charts, unknown_keys
-from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY
+from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY, cli
 
 pytestmark = needs_charts
 
@@ -410,17 +409,8 @@ def test_without_sandbox_workloads_in_the_policy_the_check_sees_the_vm_hosts_uns
 
 
 def gpufleet(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, charts.CHARTS_DIR_ENV: str(CHARTS_DIR), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "gpufleet", "render", *args],
-        cwd=REPO,
-        env=full,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    """``gpufleet render ARGS`` with the pinned charts (and ``env`` over this environment)."""
+    return cli("render", *args, env={**os.environ, charts.CHARTS_DIR_ENV: str(CHARTS_DIR), **(env or {})})
 
 
 def test_render_writes_the_manifests_nodes_and_where_each_daemonset_runs(tmp_path):

@@ -10,7 +10,7 @@ from gpufleet.catalog import load_catalog
 from gpufleet.spec import load_stack_text
 from gpufleet.spec.models import SystemPool
 from gpufleet.spec.rules import AKS_MAX_NODE_POOLS, SYSTEM_POOL_MIN_MEMORY_GIB, SYSTEM_POOL_MIN_VCPUS
-from tests.conftest import REPO, TODAY, gpufleet
+from tests.conftest import REPO, TODAY, cli
 
 DEV = (REPO / "Pulumi.dev-westeurope.yaml").read_text()
 
@@ -31,13 +31,13 @@ def test_a_system_pool_name_that_crashed_plan_is_a_validation_error_and_plan_exi
     root = _project(tmp_path, text)
     line = text.splitlines().index('        name: "sys[/x]"') + 1
 
-    validate = gpufleet("validate", "dev-westeurope", "--root", str(root), cwd=root)
+    validate = cli("validate", "dev-westeurope", "--root", str(root), cwd=root)
     assert validate.returncode == 1, validate.stdout + validate.stderr
     assert (
         f"Pulumi.dev-westeurope.yaml:{line}: aks.cluster.system_pool.name: 'sys[/x]' is not an AKS" in validate.stdout
     )
 
-    plan = gpufleet("plan", "dev-westeurope", "--root", str(root), cwd=root)
+    plan = cli("plan", "dev-westeurope", "--root", str(root), cwd=root)
     assert plan.returncode == 1, plan.stdout + plan.stderr
     assert "internal error" not in plan.stderr
     assert f":{line}: aks.cluster.system_pool.name:" in plan.stderr
@@ -46,7 +46,7 @@ def test_a_system_pool_name_that_crashed_plan_is_a_validation_error_and_plan_exi
 def test_a_gpu_size_for_the_system_pool_is_refused_and_plan_exits_1(tmp_path: Path):
     text = DEV.replace("vm_size: Standard_D4ds_v5", "vm_size: Standard_NC4as_T4_v3")
     root = _project(tmp_path, text)
-    plan = gpufleet("plan", "dev-westeurope", "--root", str(root), cwd=root)
+    plan = cli("plan", "dev-westeurope", "--root", str(root), cwd=root)
     assert plan.returncode == 1, plan.stdout + plan.stderr
     assert "aks.cluster.system_pool.vm_size: 'Standard_NC4as_T4_v3' is a GPU size (T4)" in plan.stderr
 
