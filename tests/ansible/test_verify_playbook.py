@@ -340,6 +340,7 @@ def test_host_of_a_group_with_a_mig_layout_is_checked_against_that_layout(failin
         "hugepages": "ok",
         "cpu-pinning": "ok",
         "sriov": "skip",
+        "vfio": "skip",
         "driver": "skip",
         "persistence": "skip",
         "mig": "FAIL",
