@@ -71,10 +71,12 @@ def stack_root(tmp_path: Path, metal3: bool = False) -> Path:
 def test_engine_redfish_creates_one_bare_metal_host_per_stack_host_with_the_password_secret(tmp_path: Path):
     recorder, program, seen = run(stack_root(tmp_path))
     stack = load_stack(EXAMPLE).stack
-    hosts = [r for r in recorder.resources if r[0] == DYNAMIC]
-    assert [name for _, name, _ in hosts] == [h.name for h in stack.baremetal.hosts]
+    # the mocks record registrations as the engine's calls arrive, in no fixed order: one host each, by name
+    hosts = {name: inputs for kind, name, inputs in recorder.resources if kind == DYNAMIC}
+    assert sorted(hosts) == sorted(h.name for h in stack.baremetal.hosts)
+    assert len(hosts) == len([r for r in recorder.resources if r[0] == DYNAMIC])
     assert seen["secret"] == [True] * len(hosts)
-    first = hosts[0][2]
+    first = hosts[stack.baremetal.hosts[0].name]
     assert first["bmc_address"] == "https://10.0.0.11" and first["serial"] == "SN-A01-0001"
     assert first["bmc_password_key"] == "gpufleet:bmc_password"
     assert first["expected"]["gpu_model"] == "H100-SXM5-80GB" and first["expected"]["gpu_count"] == 8
