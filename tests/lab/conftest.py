@@ -93,6 +93,22 @@ def lab_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 _durations: dict[str, float] = {}
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
+    """A failed TestLab step shows the end of each host's serial console (kernel and systemd messages): the hosts and
+    their logs are gone once the class's hosts are torn down."""
+    outcome = yield
+    report = outcome.get_result()
+    lab = getattr(item, "funcargs", {}).get("lab_hosts")
+    if report.when == "call" and report.failed and lab:
+        for host in lab["result"].hosts:
+            try:
+                tail = host.serial_log.read_text(errors="replace").splitlines()[-80:]
+            except OSError as exc:
+                tail = [f"(unreadable: {exc})"]
+            report.sections.append((f"serial console of {host.name}, last lines", "\n".join(tail)))
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Each lab test's time (set-up, call and tear-down), for the record below."""
     _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
