@@ -199,13 +199,14 @@ class Lab:
 
         def one(host: virt.LabHost) -> None:
             try:
-                ssh.wait(key, host.ssh_port, BOOT_TIMEOUT)
+                ssh.wait(key, host.ssh_port, BOOT_TIMEOUT, console=host.serial_log)
                 since = power_on_at.get(host.name)
                 with lock:
                     results[host.name] = time.monotonic() - since if since else 0.0
             except TimeoutError as exc:
                 with lock:
-                    errors[host.name] = f"{exc}; serial console log: {host.serial_log}"
+                    tail = ssh.console_tail(host.serial_log)
+                    errors[host.name] = f"{exc}; serial console log: {host.serial_log}, ending:\n{tail}"
             finally:
                 with lock:
                     waiting.discard(host.name)

@@ -35,15 +35,51 @@ def reachable(key: Path, port: int) -> bool:
         return False
 
 
-def wait(key: Path, port: int, timeout: float, tick: Callable[[float], None] | None = None) -> float:
-    """Seconds until SSH answers; raises TimeoutError after ``timeout``."""
+# A booting lab VM whose serial console still grows is slow, not stuck: on a busy 2-core machine under software
+# emulation, four VMs booting at once took over 420 s each (2026-11-27). Past ``timeout``, wait() goes on while the
+# console has grown within QUIET_S, up to PATIENCE times ``timeout`` in all.
+QUIET_S = 180
+PATIENCE = 4
+
+
+def _size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path is not None else -1
+    except OSError:
+        return -1
+
+
+def console_tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a serial console log (for an error that names a stuck boot), or why there are none."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"(no console log: {exc.strerror})"
+    return "\n".join(text.splitlines()[-lines:]) or "(the console printed nothing)"
+
+
+def wait(
+    key: Path,
+    port: int,
+    timeout: float,
+    tick: Callable[[float], None] | None = None,
+    console: Path | None = None,
+) -> float:
+    """Seconds until SSH answers; raises TimeoutError after ``timeout``, or with ``console`` (the VM's serial log)
+    once the console has also been silent for QUIET_S (at most PATIENCE x ``timeout`` in all)."""
     start = time.monotonic()
+    size, grew = _size(console), start
     while True:
         if reachable(key, port):
             return time.monotonic() - start
-        elapsed = time.monotonic() - start
-        if elapsed > timeout:
-            raise TimeoutError(f"no SSH on 127.0.0.1:{port} after {timeout:.0f} s")
+        now = time.monotonic()
+        elapsed = now - start
+        if (current := _size(console)) != size:
+            size, grew = current, now
+        booting = console is not None and now - grew < QUIET_S and elapsed < PATIENCE * timeout
+        if elapsed > timeout and not booting:
+            why = f"; its console silent for {now - grew:.0f} s" if console is not None else ""
+            raise TimeoutError(f"no SSH on 127.0.0.1:{port} after {elapsed:.0f} s{why}")
         if tick:
             tick(elapsed)
         time.sleep(2)

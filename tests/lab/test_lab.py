@@ -307,7 +307,7 @@ class TestLab:
     def test_power_cycle_through_redfish_then_make_lab_changes_nothing_and_verifies(self, lab_hosts):
         hosts = lab_hosts["result"].hosts
         cycled = hosts[0]  # powered off and on again through Redfish by the test above
-        ssh.wait(image.ssh_key(), cycled.ssh_port, 420)
+        ssh.wait(image.ssh_key(), cycled.ssh_port, 420, console=cycled.serial_log)
         # the re-converge is the README's `make lab` (gpufleet lab run: up, site.yml, verify, phases) on these hosts
         inventory = lab_hosts["inventory"].with_name("make-lab-hosts.yml")
         (REPO / "build/timings/lab-run-test.json").unlink(missing_ok=True)  # only this run's record may answer
