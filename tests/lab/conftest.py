@@ -60,9 +60,10 @@ def molecule_scenarios(
         ensure_image(progress=lambda m: print(m, flush=True))
     jobs = max(1, int(os.environ.get("GPUFLEET_MOLECULE_JOBS", "2")))
     selected.sort(key=lambda role: not molecule_runner.may_reboot(role))  # longest first
+    env = dict(os.environ)  # taken now, before any lab test changes os.environ
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {
-            role: pool.submit(molecule_runner.run_scenario, role, tmp_path_factory.mktemp(f"molecule-{role}"))
+            role: pool.submit(molecule_runner.run_scenario, role, tmp_path_factory.mktemp(f"molecule-{role}"), env)
             for role in selected
         }
         yield futures

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -26,11 +25,14 @@ def may_reboot(role: str) -> bool:
     return slow(role) or "reboot" in (REPO / "roles" / role / "molecule/default/converge.yml").read_text()
 
 
-def run_scenario(role: str, work: Path) -> tuple[int, str, float]:
+def run_scenario(role: str, work: Path, base_env: dict[str, str]) -> tuple[int, str, float]:
+    """Molecule's run of ``role``'s scenario in ``base_env``: the environment as the lab session started, not
+    ``os.environ`` when the scenario's turn comes (a lab test's monkeypatched variable, such as
+    GPUFLEET_LAB_BACKEND=qemu, would otherwise reach the scenarios started during that test)."""
     bin_dir = Path(sys.executable).parent
     env = {
-        **os.environ,
-        "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+        **base_env,
+        "PATH": f"{bin_dir}:{base_env.get('PATH', '')}",
         "MOLECULE_EPHEMERAL_DIRECTORY": str(work / "ephemeral"),
         "ANSIBLE_FORCE_COLOR": "0",
         "NO_COLOR": "1",
