@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.lab import molecule_runner
+from tests.lab import distcc, molecule_runner
 
 NEEDED = ["qemu-system-x86_64", "qemu-img", "debootstrap", "sfdisk", "mkfs.ext4", "virsh", "libvirtd", "ssh"]
 
@@ -60,15 +60,23 @@ def molecule_scenarios(
         ensure_image(progress=lambda m: print(m, flush=True))
     jobs = max(1, int(os.environ.get("GPUFLEET_MOLECULE_JOBS", "2")))
     selected.sort(key=lambda role: not molecule_runner.may_reboot(role))  # longest first
-    env = dict(os.environ)  # taken now, before any lab test changes os.environ
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {
-            role: pool.submit(molecule_runner.run_scenario, role, tmp_path_factory.mktemp(f"molecule-{role}"), env)
-            for role in selected
-        }
-        yield futures
-        for future in futures.values():  # never leave a scenario (and its lab host) running after the tests
-            future.cancel()
+    # the slow scenarios build C code in the guest (DKMS): this machine's gcc compiles it for them (tests/lab/distcc.py)
+    server = distcc.start(tmp_path_factory.mktemp("distcc")) if any(map(molecule_runner.slow, selected)) else None
+    env = {**os.environ, **(server.env if server else {})}  # taken now, before any lab test changes os.environ
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {
+                role: pool.submit(molecule_runner.run_scenario, role, tmp_path_factory.mktemp(f"molecule-{role}"), env)
+                for role in selected
+            }
+            yield futures
+            for future in futures.values():  # never leave a scenario (and its lab host) running after the tests
+                future.cancel()
+    finally:
+        if server:
+            server.stop()
+            done, failed = server.compiled()
+            print(f"\ndistccd compiled {done} files for the lab hosts ({failed} compile errors: conftest probes)")
 
 
 @pytest.fixture(scope="class")
