@@ -21,6 +21,16 @@ RECAP = re.compile(
 )
 
 
+@dataclass(frozen=True)
+class TaskRun:
+    """A task or notified handler as the play ran it: its time until the next began, and whether it changed a host."""
+
+    name: str
+    seconds: float
+    changed: bool = False
+    handler: bool = False
+
+
 @dataclass
 class PlaybookResult:
     rc: int
@@ -28,11 +38,14 @@ class PlaybookResult:
     seconds: float
     log: Path
     output: str
-    tasks: list[tuple[str, float]] = field(default_factory=list)  # (task name, seconds), in the order they ran
+    tasks: list[TaskRun] = field(default_factory=list)  # in the order they ran, handlers included
 
-    def seconds_of(self, word: str) -> float:
-        """Seconds spent in tasks whose name contains ``word`` (case-insensitive), e.g. the reboots."""
-        return sum(s for name, s in self.tasks if word.lower() in name.lower())
+    def seconds_of(self, word: str, changed_only: bool = False) -> float:
+        """Seconds spent in tasks whose name contains ``word`` (case-insensitive), e.g. the reboots.
+
+        ``changed_only`` counts only the tasks that changed a host: a skipped task named "Reboot ..." still takes
+        a moment to evaluate its condition, and that is not a reboot."""
+        return sum(t.seconds for t in self.tasks if word.lower() in t.name.lower() and (t.changed or not changed_only))
 
 
 def parse_recap(output: str) -> dict[str, dict[str, int]]:
@@ -81,8 +94,8 @@ def run_playbook(
     log = logs / f"{time.strftime('%Y%m%d-%H%M%S')}-{playbook.stem}{'-check' if check else ''}.log"
     started = time.monotonic()
     lines: list[str] = []
-    tasks: list[tuple[str, float]] = []
-    task, task_started = "", started
+    tasks: list[TaskRun] = []
+    task, handler, changed, task_started = "", False, False, started
     with log.open("w") as f:
         # no stdin: ansible refuses a non-blocking one (e.g. under nohup), and a playbook run never prompts
         proc = subprocess.Popen(
@@ -98,14 +111,17 @@ def run_playbook(
         for line in proc.stdout:
             f.write(line)
             lines.append(line)
-            header = line.strip().rstrip("*").strip()  # "TASK [name]", "PLAY RECAP", ...
-            if line.startswith(("TASK [", "PLAY RECAP")):  # a task ends where the next one (or the recap) starts
+            header = line.strip().rstrip("*").strip()  # "TASK [name]", "RUNNING HANDLER [name]", "PLAY RECAP"
+            if line.startswith(("TASK [", "RUNNING HANDLER [", "PLAY RECAP")):  # a task ends where the next starts
                 now = time.monotonic()
                 if task:
-                    tasks.append((task, now - task_started))
-                task = header.removeprefix("TASK [").removesuffix("]") if line.startswith("TASK [") else ""
-                task_started = now
-            if progress and line.startswith(("TASK [", "PLAY [", "fatal:")):
+                    tasks.append(TaskRun(task, now - task_started, changed, handler))
+                handler = line.startswith("RUNNING HANDLER [")
+                task = header.partition("[")[2].removesuffix("]") if not line.startswith("PLAY RECAP") else ""
+                changed, task_started = False, now
+            elif line.startswith("changed: ["):
+                changed = True
+            if progress and line.startswith(("TASK [", "RUNNING HANDLER [", "PLAY [", "fatal:")):
                 progress(header)
         rc = proc.wait()
     output = "".join(lines)

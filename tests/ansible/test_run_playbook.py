@@ -23,6 +23,20 @@ PLAY = """\
       ansible.builtin.command:
         argv: [{python}, -c, "print('hello')"]
       changed_when: false
+    - name: Wait again when asked (skipped)
+      ansible.builtin.wait_for:
+        timeout: 1
+      when: false
+    - name: Note a change
+      ansible.builtin.debug:
+        msg: changed
+      changed_when: true
+      notify: Wait in a handler
+  handlers:
+    - name: Wait in a handler
+      ansible.builtin.wait_for:
+        timeout: 1
+      changed_when: true
 """
 
 
@@ -44,9 +58,17 @@ def play(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
 def test_each_task_is_timed_and_the_recap_read(play: tuple[Path, Path], strategy: str | None):
     result = run_playbook(*play, repo=REPO, strategy=strategy)
     assert result.rc == 0, result.output[-2000:]
-    assert result.recap["here"]["ok"] == 2 and result.recap["here"]["failed"] == 0
-    assert [name for name, _ in result.tasks] == ["Wait a second", "Run a command"]
-    assert 1.0 <= result.seconds_of("wait") < result.seconds
+    assert result.recap["here"]["ok"] == 4 and result.recap["here"]["failed"] == 0
+    assert [(t.name, t.changed, t.handler) for t in result.tasks] == [
+        ("Wait a second", False, False),
+        ("Run a command", False, False),
+        ("Wait again when asked (skipped)", False, False),
+        ("Note a change", True, False),
+        ("Wait in a handler", True, True),  # a notified handler is timed on its own, not in the task before it
+    ]
+    assert 2.0 <= result.seconds_of("wait") < result.seconds
+    # what the lab's reboot phase counts: only tasks that changed a host, not a skipped one's evaluation
+    assert 1.0 <= result.seconds_of("wait", changed_only=True) < result.seconds_of("wait") - 1.0
     assert result.seconds_of("no such task") == 0
     assert result.log.is_file() and "PLAY RECAP" in result.log.read_text()
 
