@@ -4,13 +4,18 @@ rows are what the pinned charts ship, and NVIDIA's driver lifecycle decides whic
 from __future__ import annotations
 
 import datetime as dt
+import json
 import tarfile
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from gpufleet.catalog import load_catalog
 from gpufleet.catalog.releases import ReleaseTable, kube_at_least, load_releases
+from gpufleet.cli import app
 from gpufleet.gpu_software import ChartRelease
+from gpufleet.spec.rules import Context, kubernetes_choices
 from tests.charts import CHARTS_DIR, needs_charts
 from tests.conftest import TODAY
 
@@ -102,3 +107,29 @@ def test_the_device_plugin_row_is_its_pinned_chart():
     assert chart["kubeVersion"] == f">= {plugin.min_kubernetes}.0-0"
     (nfd,) = [d for d in chart["dependencies"] if d["name"] == "node-feature-discovery"]
     assert "v" + nfd["version"] == plugin.nfd
+
+
+def test_catalog_releases_json_lists_each_combination_and_what_it_allows_today():
+    result = CliRunner().invoke(app, ["catalog", "releases", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    today = dt.date.fromisoformat(data["as_of"])
+    (op,) = data["gpu_operator"]
+    assert op["version"] == "v26.7.0" and op["kubernetes"] == {"min": "1.33", "max": "1.36"}
+    assert op["components"]["dra_driver"] == "v0.5.0" and op["components"]["nfd"] == "v0.19.0"
+    assert op["supported_today"]["driver_branches"] == TABLE.supported_branches(OPERATOR, today)
+    ctx = Context(catalog=load_catalog(), today=today)
+    assert op["supported_today"]["kubernetes_aks"] == kubernetes_choices(OPERATOR, ctx, aks=True, baremetal=False)
+    minors = {m["version"]: m for m in data["kubernetes"]}
+    assert minors["1.36"]["end_of_life"] == "2027-06-28" and minors["1.36"]["aks"]["end_of_life"] == "2027-06-30"
+    assert {b["branch"]: b["end_of_life"] for b in data["driver_branches"]}["580"] == "2028-06-30"
+    assert data["minimum_kubernetes"]["version"] == "1.34"
+    assert "no per-region" in data["aks"]["regions"]
+
+
+def test_catalog_releases_prints_the_tables():
+    result = CliRunner().invoke(app, ["catalog", "releases"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for text in ("Kubernetes minors (gpufleet needs 1.34 or later)", "NVIDIA driver branches", "GPU Operator v26.7.0"):
+        assert text in result.stdout
+    assert "2027-06-28" in result.stdout and "long-term support" in result.stdout
