@@ -1,8 +1,9 @@
-"""``gpufleet catalog``: what the hardware catalog knows: GPU models and Azure GPU VM sizes, with filters, and one
-entry in detail."""
+"""``gpufleet catalog``: what the catalog knows: GPU models and Azure GPU VM sizes, with filters, and one entry in
+detail; and the release table (which Kubernetes, GPU Operator, component and driver versions go together)."""
 
 from __future__ import annotations
 
+import datetime as _dt
 from fractions import Fraction
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -13,9 +14,13 @@ from gpufleet.cli.common import EXIT_INVALID, JsonOpt, emit_json, err, out, prin
 
 if TYPE_CHECKING:
     from gpufleet.catalog import Catalog, Gpu, Price, VmSize
+    from gpufleet.catalog.releases import GpuOperatorRelease
+    from gpufleet.spec.rules import Context
 
 catalog_app = typer.Typer(
-    help="What the hardware catalog knows: GPU models (gpus) and Azure GPU VM sizes (sizes).", no_args_is_help=True
+    help="What the catalog knows: GPU models (gpus), Azure GPU VM sizes (sizes), and which Kubernetes, GPU Operator,"
+    " component and driver versions go together (releases).",
+    no_args_is_help=True,
 )
 
 GpuMigOpt = Annotated[bool, typer.Option("--mig", help="Only the MIG-capable GPU models.")]
@@ -262,3 +267,92 @@ def catalog_sizes(
     print_table(table)
     if region is not None and any(s.regions is None for s in sizes):
         out.print("[dim]regions 'not recorded': the catalog does not say whether the size is offered there[/dim]")
+
+
+def _month(day: _dt.date) -> str:
+    return f"{day:%Y-%m}"
+
+
+def _operator_dict(op: GpuOperatorRelease, ctx: Context) -> dict[str, Any]:
+    from gpufleet.spec.rules import kubernetes_choices
+
+    return {
+        **op.model_dump(mode="json"),
+        "supported_today": {
+            "kubernetes_baremetal": kubernetes_choices(op, ctx, aks=False, baremetal=True),
+            "kubernetes_aks": kubernetes_choices(op, ctx, aks=True, baremetal=False),
+            "driver_branches": ctx.releases.supported_branches(op, ctx.today),
+        },
+    }
+
+
+def _releases_dict(ctx: Context) -> dict[str, Any]:
+    table = ctx.releases
+    minors = []
+    for minor in table.kubernetes:
+        aks = table.aks_version(minor.version)
+        minors.append(
+            {
+                **minor.model_dump(mode="json"),
+                "aks": None if aks is None else aks.model_dump(mode="json", exclude={"kubernetes"}),
+            }
+        )
+    return {
+        "as_of": ctx.today.isoformat(),
+        "minimum_kubernetes": table.minimum_kubernetes.model_dump(mode="json"),
+        "kubernetes": minors,
+        "aks": {"source": table.aks.source, "regions": table.aks.regions, "offered": table.aks_offered(ctx.today)},
+        "driver_branches": [
+            {**b.model_dump(mode="json"), "supported": table.branch_alive(b.branch, ctx.today)}
+            for b in table.driver_branches
+        ],
+        "gpu_operator": [_operator_dict(op, ctx) for op in table.gpu_operator],
+        "device_plugin": [p.model_dump(mode="json") for p in table.device_plugin],
+        "dra_driver": [d.model_dump(mode="json") for d in table.dra_driver],
+    }
+
+
+@catalog_app.command("releases")
+def catalog_releases(as_json: JsonOpt = False) -> None:
+    """The release table `gpufleet validate` holds every stack's gpufleet:release to: Kubernetes minors with their
+    upstream and AKS end of life, NVIDIA driver branches with theirs, and each GPU Operator release with the Kubernetes
+    range and driver branches it supports, the components it ships, and what a stack may pin with it today."""
+    from gpufleet.catalog import load_catalog
+    from gpufleet.spec.rules import Context
+
+    ctx = Context(catalog=load_catalog(), today=_dt.date.today())
+    data = _releases_dict(ctx)
+    if as_json:
+        emit_json(data)
+        return
+    table = ctx.releases
+    minors = Table(title=f"Kubernetes minors (gpufleet needs {table.minimum_kubernetes.version} or later)")
+    for col in ("version", "end of life", "AKS GA", "AKS end of life", "AKS LTS end of life"):
+        minors.add_column(col, no_wrap=True)
+    for minor in table.kubernetes:
+        aks = table.aks_version(minor.version)
+        cells = ["-"] * 3
+        if aks is not None:
+            cells = [_month(aks.ga), str(aks.end_of_life), str(aks.lts_end_of_life or "-")]
+        minors.add_row(minor.version, str(minor.end_of_life), *cells)
+    print_table(minors)
+    branches = Table(title="NVIDIA driver branches")
+    for col in ("branch", "designation", "end of life", f"supported on {ctx.today}"):
+        branches.add_column(col, no_wrap=True)
+    for b in table.driver_branches:
+        branches.add_row(b.branch, b.designation, str(b.end_of_life), _yes(table.branch_alive(b.branch, ctx.today)))
+    print_table(branches)
+    for op in data["gpu_operator"]:
+        today = op.pop("supported_today")
+        rows = {
+            "Kubernetes (NVIDIA validated)": f"{op['kubernetes']['min']}-{op['kubernetes']['max']}",
+            f"Kubernetes a bare-metal stack may pin on {ctx.today}": today["kubernetes_baremetal"],
+            f"Kubernetes an AKS stack may pin on {ctx.today}": today["kubernetes_aks"],
+            "driver branches (component matrix)": op["driver_branches"],
+            f"driver branches supported on {ctx.today}": today["driver_branches"],
+            "default driver": op["default_driver"],
+            **{f"ships {key}": value for key, value in op["components"].items()},
+            "source": op["source"],
+        }
+        _detail(rows, f"GPU Operator {op['version']}")
+    out.print(f"[dim]AKS per region: {shown(table.aks.regions)}[/dim]")

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from gpufleet.catalog import Catalog, load_catalog
 from gpufleet.diagnostics import Diagnostic, Finding, Path, did_you_mean, format_path
 from gpufleet.spec import rules
-from gpufleet.spec.models import BaremetalHost, GpuPool, HostGroup, Stack, SystemPool, TuningProfile
+from gpufleet.spec.models import BaremetalHost, GpuPool, HostGroup, Release, Stack, SystemPool, TuningProfile
 from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
 
 NAMESPACE = "gpufleet"
@@ -89,6 +89,8 @@ def _partial_rule_findings(raw: dict[str, Any], context: rules.Context) -> Itera
     """Rules over the parts of a structurally broken stack that parse on their own."""
     if isinstance(region := raw.get("region"), str):
         yield from rules.check_region(region, "aks" in raw, context)
+    if (release := _parsed(Release, raw.get("release"))) is not None:
+        yield from rules.check_release(release, context, aks="aks" in raw, baremetal="baremetal" in raw)
     aks = raw.get("aks")
     if isinstance(aks, dict) and isinstance(aks.get("gpu_pools"), list):
         pools = [_parsed(GpuPool, p) for p in aks["gpu_pools"]]

@@ -45,7 +45,9 @@ from gpufleet.spec.types import (
 
 
 class Release(StrictModel):
-    """Pinned versions: the block promotion copies from stack to stack, and only it."""
+    """Pinned versions: the block promotion copies from stack to stack, and only it. Every pin is required, so a
+    promotion always moves all of them; which combinations go together is the release table's (gpufleet/catalog/
+    releases.yaml), checked by :func:`gpufleet.spec.rules.check_release`."""
 
     kubernetes: KubernetesVersion
     gpu_operator: SemVer = Field(description="NVIDIA GPU Operator Helm chart version")
@@ -53,6 +55,8 @@ class Release(StrictModel):
     driver_branch: DriverBranch = Field(description="NVIDIA driver branch, e.g. '580'")
     mig_parted: SemVer
     container_toolkit: SemVer
+    dra_driver: SemVer = Field(description="NVIDIA DRA driver for GPUs (dra-driver-nvidia-gpu) version, e.g. v0.5.0")
+    nfd: SemVer = Field(description="Node Feature Discovery version the GPU charts carry, e.g. v0.19.0")
 
 
 # -- tuning --------------------------------------------------------------------------------------------------

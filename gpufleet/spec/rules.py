@@ -16,6 +16,14 @@ from dataclasses import dataclass
 from gpufleet import mig
 from gpufleet.aks import aks_pool_name
 from gpufleet.catalog import OS_IMAGE_NAMES, Catalog, Gpu, VmSize
+from gpufleet.catalog.releases import (
+    COMPONENT_PINS,
+    GpuOperatorRelease,
+    ReleaseTable,
+    kube_at_least,
+    load_releases,
+    same_version,
+)
 from gpufleet.diagnostics import Finding, Path, did_you_mean, format_path
 from gpufleet.labels import DEPLOY_DRIVER_LABEL, DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
 from gpufleet.spec.models import (
@@ -25,6 +33,7 @@ from gpufleet.spec.models import (
     GpuPool,
     HostGroup,
     MigLayout,
+    Release,
     SecretRef,
     Stack,
     SystemPool,
@@ -74,6 +83,7 @@ class Context:
     # comes without its file (a {secret: KEY} reference is then not checked against it).
     secure_keys: frozenset[str] | None = None
     plain_keys: frozenset[str] = frozenset()
+    releases: ReleaseTable = dataclasses.field(default_factory=load_releases)  # which versions go together
 
 
 # -- MIG layouts (shared by AKS pools and bare-metal host groups) ---------------------------------------------
@@ -534,6 +544,7 @@ def check_region(stack_region: str, has_aks: bool, ctx: Context) -> Iterator[Fin
 def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
     """All cross-cutting rules of a structurally valid stack."""
     yield from check_region(stack.region, stack.aks is not None, ctx)
+    yield from check_release(stack.release, ctx, aks=stack.aks is not None, baremetal=stack.baremetal is not None)
     if stack.aks is not None:
         in_region = dataclasses.replace(ctx, region=stack.region if stack.region in ctx.catalog.region_names else None)
         yield from check_aks_pools(stack.aks.gpu_pools, stack.aks.cluster.system_pool, in_region)
@@ -640,3 +651,111 @@ def check_vgpu_managers(groups: Sequence[HostGroup | None]) -> Iterator[Finding]
 def _image(vgpu: Vgpu) -> str:
     secrets = f" with pull secrets {', '.join(vgpu.image_pull_secrets)}" if vgpu.image_pull_secrets else ""
     return f"{vgpu.manager_repository}/{vgpu.manager_image}:{vgpu.manager_version}{secrets}"
+
+
+# -- the release block against the release table ----------------------------------------------------------------
+
+RELEASE: Path = ("release",)
+RELEASES_FILE = "gpufleet/catalog/releases.yaml"
+
+
+def check_release(release: Release, ctx: Context, *, aks: bool, baremetal: bool) -> Iterator[Finding]:
+    """The release is a combination of the release table (``releases.yaml``): a GPU Operator release it
+    knows, the component versions that release ships, a driver branch of its matrix that NVIDIA still supports, and a
+    Kubernetes version that gpufleet, the operator and its components support and that is not past its end of life:
+    upstream's for a stack with ``baremetal`` (a cluster of its own), AKS's offer for a stack with ``aks``."""
+    table = ctx.releases
+    op = table.find_gpu_operator(release.gpu_operator)
+    if op is None:
+        known = ", ".join(o.version for o in table.gpu_operator)
+        why = f"GPU Operator {release.gpu_operator!r} is not in gpufleet's release table ({RELEASES_FILE})"
+        yield Finding((*RELEASE, "gpu_operator"), f"{why}; known: {known}")
+    else:
+        yield from _check_components(release, op)
+        yield from _check_driver_branch(release.driver_branch, op, ctx)
+    problem = _kubernetes_problem(release.kubernetes, op, ctx, aks=aks, baremetal=baremetal)
+    if problem is not None:
+        fits = kubernetes_choices(op, ctx, aks=aks, baremetal=baremetal)
+        with_release = f"GPU Operator {op.version}" if op is not None else "this stack"
+        choice = f"supported with {with_release}: {', '.join(fits) or 'none today'}"
+        yield Finding((*RELEASE, "kubernetes"), f"{problem}; {choice}")
+
+
+def kubernetes_choices(op: GpuOperatorRelease | None, ctx: Context, *, aks: bool, baremetal: bool) -> list[str]:
+    """The Kubernetes minors a stack (with ``aks``, ``baremetal`` or both) may pin with ``op`` on ``ctx.today``."""
+    return [
+        m.version
+        for m in ctx.releases.kubernetes
+        if _kubernetes_problem(m.version, op, ctx, aks=aks, baremetal=baremetal) is None
+    ]
+
+
+def _check_components(release: Release, op: GpuOperatorRelease) -> Iterator[Finding]:
+    for key, label in COMPONENT_PINS.items():
+        pin, ships = getattr(release, key), getattr(op.components, key)
+        if not same_version(pin, ships):
+            why = f"GPU Operator {op.version} ships {label} {ships}"
+            yield Finding((*RELEASE, key), f"{why}; {pin!r} does not go with it")
+
+
+def _check_driver_branch(branch: str, op: GpuOperatorRelease, ctx: Context) -> Iterator[Finding]:
+    supported = ctx.releases.supported_branches(op, ctx.today)
+    if branch in supported:
+        return
+    supports = f"GPU Operator {op.version} supports driver branches {', '.join(supported) or 'none today'}"
+    entry = ctx.releases.driver_branch(branch)
+    dra = ctx.releases.find_dra_driver(op.components.dra_driver)
+    if branch not in op.driver_branches or entry is None:
+        message = f"{supports}; {branch!r} is not one of them"
+    elif entry.end_of_life < ctx.today:
+        why = f"driver branch {branch} reached its end of life on {entry.end_of_life} ({entry.designation} branch)"
+        message = f"{why}; {supports}"
+    else:
+        needs = dra.min_driver_branch if dra is not None else "?"
+        message = f"the DRA driver {op.components.dra_driver} needs driver branch {needs} or later; {supports}"
+    yield Finding((*RELEASE, "driver_branch"), message)
+
+
+def _kubernetes_problem(
+    version: str, op: GpuOperatorRelease | None, ctx: Context, *, aks: bool, baremetal: bool
+) -> str | None:
+    """Why ``version`` cannot be the stack's Kubernetes, or None. The first of: unknown to the table; where the
+    cluster runs, past upstream's end of life (bare metal) or not offered by AKS; below gpufleet's floor; outside the
+    operator's range; below a component's minimum."""
+    table = ctx.releases
+    minor, floor = table.minor(version), table.minimum_kubernetes
+    if minor is None:
+        return f"Kubernetes {version} is not in gpufleet's release table ({RELEASES_FILE})"
+    if baremetal and minor.end_of_life < ctx.today:
+        return f"Kubernetes {minor.version} reached its end of life on {minor.end_of_life} ({minor.source})"
+    if aks and (problem := _aks_problem(minor.version, table, ctx.today)) is not None:
+        return problem
+    if not kube_at_least(version, floor.version):
+        return f"gpufleet needs Kubernetes {floor.version} or later ({floor.reason}); {version!r} is older"
+    if op is not None:
+        if not op.supports_kubernetes(version):
+            return f"GPU Operator {op.version} supports Kubernetes {op.kubernetes}; {version!r} is outside it"
+        for label, needs in _component_minimums(op, table):
+            if not kube_at_least(version, needs):
+                return f"{label} needs Kubernetes {needs} or later; {version!r} is older"
+    return None
+
+
+def _component_minimums(op: GpuOperatorRelease, table: ReleaseTable) -> Iterator[tuple[str, str]]:
+    plugin = table.find_device_plugin(op.components.device_plugin)
+    if plugin is not None:
+        yield f"the device plugin {plugin.version}", plugin.min_kubernetes
+    dra = table.find_dra_driver(op.components.dra_driver)
+    if dra is not None:
+        yield f"the DRA driver {dra.version}", dra.min_kubernetes
+
+
+def _aks_problem(minor: str, table: ReleaseTable, today: _dt.date) -> str | None:
+    entry = table.aks_version(minor)
+    if entry is None:
+        return f"AKS's calendar has no Kubernetes {minor}"
+    if today < entry.ga:
+        return f"AKS offers Kubernetes {minor} from {entry.ga:%B %Y} (GA), not yet"
+    if entry.end_of_life < today:
+        return f"AKS supported Kubernetes {minor} until {entry.end_of_life}"
+    return None

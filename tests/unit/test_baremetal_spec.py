@@ -36,12 +36,14 @@ def stack_text(hosts: str, *, groups: str = "", extra: str = "", baremetal: str 
   gpufleet:stage: prod
   gpufleet:region: onprem
   gpufleet:release:
-    kubernetes: "1.33"
+    kubernetes: "1.36"
     gpu_operator: v26.7.0
     device_plugin: v0.20.0
-    driver_branch: "580"
+    driver_branch: "595"
     mig_parted: v0.15.0
     container_toolkit: v1.20.0
+    dra_driver: v0.5.0
+    nfd: v0.19.0
   gpufleet:bmc_password:
     secure: {SECURE}
 {extra}  gpufleet:baremetal:
@@ -348,7 +350,7 @@ def test_amd_shaped_unknown_gpu_gets_an_amd_hint():
 def test_host_rules_still_run_when_another_section_is_broken():
     text = stack_text(host() + host("gpu-a02", bmc="https://10.0.0.12", ssh="10.0.1.12", fields="        serial: X\n"))
     text = text.replace("host_group: h100\n        system_id", "host_group: h10\n        system_id", 1)
-    broken = text.replace('    kubernetes: "1.33"\n', "    kubernetes: 1.33\n")
+    broken = text.replace('    kubernetes: "1.36"\n', "    kubernetes: 1.36\n")
     found = errors(broken)
     assert [p for p, _ in found] == ["release.kubernetes", "baremetal.hosts[0].host_group"]
 

@@ -36,7 +36,7 @@ def test_validate_prints_file_line_path_message_and_exits_1():
     proc = gpufleet("validate", "tests/fixtures/invalid/vm_size_retired.yaml")
     assert proc.returncode == 1
     assert (
-        "tests/fixtures/invalid/vm_size_retired.yaml:17: aks.gpu_pools[0].vm_size: 'Standard_NC6s_v3' was retired"
+        "tests/fixtures/invalid/vm_size_retired.yaml:19: aks.gpu_pools[0].vm_size: 'Standard_NC6s_v3' was retired"
         " on 2025-09-30" in proc.stdout
     )
     assert "1 of 1 stack(s) invalid, 1 error(s)" in proc.stdout
@@ -51,7 +51,7 @@ def test_validate_json_schema():
     assert bad["errors"] == [
         {
             "file": "tests/fixtures/invalid/spot_with_max_surge.yaml",
-            "line": 20,
+            "line": 22,
             "path": "aks.gpu_pools[0].upgrade.max_surge",
             "message": "spot pools get no surge nodes on upgrade; use max_unavailable instead",
         }

@@ -238,7 +238,7 @@ def _texts() -> dict[str, str]:
 
 def test_a_promotion_that_moves_pins_only_leaves_the_cost_unchanged(priced: Catalog):
     texts = _texts()
-    texts["dev-westeurope"] = texts["dev-westeurope"].replace("gpu_operator: v26.7.0", "gpu_operator: v26.7.1")
+    texts["dev-westeurope"] = texts["dev-westeurope"].replace('driver_branch: "595"', 'driver_branch: "580"')
     delta = _decision(texts).cost_delta(priced)
     assert delta is not None and not delta.changed
     assert [p.name for p in delta.pools] == ["system", "h100mig"]
@@ -248,8 +248,8 @@ def test_a_promotion_that_moves_pins_only_leaves_the_cost_unchanged(priced: Cata
 def test_a_promotion_that_changes_pools_through_aliases_shows_the_delta(priced: Catalog):
     """The release block moves alone, but the target aliases an anchor of it: its pool's max follows the pin."""
     texts = _texts()
-    texts["dev-westeurope"] = texts["dev-westeurope"].replace('driver_branch: "580"', "driver_branch: &nodes 590")
-    staging = texts["staging-westeurope"].replace('driver_branch: "580"', "driver_branch: &nodes 580")
+    texts["dev-westeurope"] = texts["dev-westeurope"].replace('driver_branch: "595"', "driver_branch: &nodes 595")
+    staging = texts["staging-westeurope"].replace('driver_branch: "595"', "driver_branch: &nodes 580")
     texts["staging-westeurope"] = staging.replace(
         "        count: 1\n", "        count: 1\n        autoscaling: {min: 1, max: *nodes}\n"
     )
@@ -257,11 +257,11 @@ def test_a_promotion_that_changes_pools_through_aliases_shows_the_delta(priced: 
     delta = decision.cost_delta(priced)
     assert delta is not None and delta.changed
     (h100,) = [p for p in delta.pools if p.changed]
-    assert (h100.before.nodes_max, h100.after.nodes_max) == (580, 590)  # type: ignore[union-attr]
-    assert h100.delta("usd_per_hour_max") == Decimal("983.20")  # 10 more nodes x 98.32
-    assert h100.delta("usd_per_month_max") == Decimal("717736.00")  # x 730
+    assert (h100.before.nodes_max, h100.after.nodes_max) == (580, 595)  # type: ignore[union-attr]
+    assert h100.delta("usd_per_hour_max") == Decimal("1474.80")  # 15 more nodes x 98.32
+    assert h100.delta("usd_per_month_max") == Decimal("1076604.00")  # x 730
     assert h100.delta("usd_per_hour_min") == 0
-    assert delta.to_dict()["total_delta"]["usd_per_hour_max"] == 983.2
+    assert delta.to_dict()["total_delta"]["usd_per_hour_max"] == 1474.8
     unpriced = test_catalog()  # a changed pool without a price: the delta is unknown, not 0
     unknown = decision.cost_delta(unpriced)
     assert unknown is not None and unknown.total("usd_per_hour_max") is None
@@ -280,7 +280,7 @@ def test_promote_preview_and_json_carry_the_cost_line(tmp_path: Path):
     for name in ["Pulumi.yaml", "promotion.yaml", *(f"Pulumi.{s}.yaml" for s in _texts()), "Pulumi.lab-local.yaml"]:
         shutil.copy(REPO / name, tmp_path / name)
     dev = tmp_path / "Pulumi.dev-westeurope.yaml"
-    dev.write_text(dev.read_text().replace("gpu_operator: v26.7.0", "gpu_operator: v26.7.1"))
+    dev.write_text(dev.read_text().replace('driver_branch: "595"', 'driver_branch: "580"'))
     identity = ["-c", "user.name=gpufleet tests", "-c", "user.email=ci@example.invalid"]
     for args in (["init", "-q"], ["add", "-A"], [*identity, "commit", "-q", "-m", "stacks"]):
         subprocess.run(

@@ -499,8 +499,8 @@ def promotion_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     note = "[red]x :100:"
     cli(["promote", "record", "staging-westeurope", "--result", "failed", "--note", note, "--root", str(root)])
     dev = root / "Pulumi.dev-westeurope.yaml"
-    dev.write_text(dev.read_text().replace("gpu_operator: v26.7.0", "gpu_operator: v26.7.1"))
-    _git(root, "commit", "-q", "-am", "dev: a new operator")
+    dev.write_text(dev.read_text().replace('driver_branch: "595"', 'driver_branch: "580"'))  # both in the table
+    _git(root, "commit", "-q", "-am", "dev: a new driver branch")
     cli(["promote", "record", "dev-westeurope", "--result", "ok", "--root", str(root)])
     cli(["promote", "to", "staging-westeurope", "--force", "--reason", "fuzz [b]now[/b]", "--root", str(root)])
     _git(root, "add", "-A")

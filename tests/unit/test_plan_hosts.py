@@ -149,8 +149,8 @@ def test_a_stack_file_is_planned_once_per_content(tmp_path: Path, monkeypatch: p
     path = edited(tmp_path, ONPREM, "gpu_operator: v26.7.0", "gpu_operator: v26.7.0")
     first = hosts.plan_file(path)
     assert hosts.plan_file(path) is first and len(calls) == 1
-    path.write_text(path.read_text().replace("gpu_operator: v26.7.0", "gpu_operator: v26.3.1"))
-    assert hosts.plan_file(path).release["gpu_operator"] == "v26.3.1" and len(calls) == 2  # edited: planned again
+    path.write_text(path.read_text().replace('driver_branch: "595"', 'driver_branch: "580"'))
+    assert hosts.plan_file(path).release["driver_branch"] == "580" and len(calls) == 2  # edited: planned again
 
 
 # -- chart versions ----------------------------------------------------------------------------------------------
@@ -161,10 +161,10 @@ def test_chart_versions_are_the_stacks_pins_as_each_repository_writes_them(tmp_p
     assert onprem["charts"][OPERATOR]["version"] == onprem["release"]["gpu_operator"]
     assert onprem["release"]["device_plugin"] == "v0.20.0"
     assert onprem["charts"][PLUGIN]["version"] == "0.20.0"
-    moved = edited(tmp_path, ONPREM, "gpu_operator: v26.7.0", "gpu_operator: 26.3.1")
-    moved.write_text(moved.read_text().replace("device_plugin: v0.20.0", "device_plugin: 0.17.4"))
-    assert chart(moved, [])["version"] == "v26.3.1"
-    assert chart(moved, [], PLUGIN)["version"] == "0.17.4"
+    moved = edited(tmp_path, ONPREM, "gpu_operator: v26.7.0", "gpu_operator: 26.7.0")  # the same releases, pinned
+    moved.write_text(moved.read_text().replace("device_plugin: v0.20.0", "device_plugin: 0.20.0"))  # the other way
+    assert chart(moved, [])["version"] == "v26.7.0"
+    assert chart(moved, [], PLUGIN)["version"] == "0.20.0"
 
 
 # -- node labels -------------------------------------------------------------------------------------------------
@@ -354,9 +354,10 @@ def helm_args(tmp_path: Path, stacks: dict[str, Path]) -> dict[str, dict[str, An
 
 
 def test_helm_arguments_carry_the_stacks_pinned_chart_versions(tmp_path: Path):
-    # promotion changes the pins: the helm arguments follow (a second host, with the stack as promoted)
-    promoted = edited(tmp_path, ONPREM, "gpu_operator: v26.7.0", "gpu_operator: v26.3.1")
-    promoted.write_text(promoted.read_text().replace("device_plugin: v0.20.0", "device_plugin: v0.18.2"))
+    # the helm arguments follow each host's stack pins, as each chart repository writes the version (a second host
+    # with the same releases pinned the other way: the release table knows one GPU Operator release)
+    promoted = edited(tmp_path, ONPREM, "gpu_operator: v26.7.0", "gpu_operator: 26.7.0")
+    promoted.write_text(promoted.read_text().replace("device_plugin: v0.20.0", "device_plugin: 0.20.0"))
     both = helm_args(tmp_path, {"pinned": ONPREM, "promoted": promoted})
     args, moved = both["pinned"], both["promoted"]
     assert args["gpu_operator"] == {
@@ -375,7 +376,7 @@ def test_helm_arguments_carry_the_stacks_pinned_chart_versions(tmp_path: Path):
         "release_namespace": "nvidia-device-plugin",
         "values_files": ["/etc/gpufleet/helm/nvidia-device-plugin.values.yaml"],
     }
-    assert (moved["gpu_operator"]["chart_version"], moved["device_plugin"]["chart_version"]) == ("v26.3.1", "0.18.2")
+    assert (moved["gpu_operator"]["chart_version"], moved["device_plugin"]["chart_version"]) == ("v26.7.0", "0.20.0")
 
 
 def test_the_helm_task_takes_every_argument_from_the_built_fact():

@@ -26,7 +26,10 @@ from tests.cli_server import SERVER
 from tests.conftest import REPO
 
 STACKS = ["dev-westeurope", "staging-westeurope", "prod-eastus", "prod-westeurope", "lab-local"]
-NEW_PINS = ("    gpu_operator: v26.7.0\n", "    gpu_operator: v26.7.1\n")
+# The release dev tries first: the long-term support driver branch instead of the operator's default. Both are in GPU
+# Operator v26.7.0's row of the release table (gpufleet/catalog/releases.yaml), so every stack stays valid with either.
+OLD_PIN, NEW_PIN = 'driver_branch: "595"', 'driver_branch: "580"'
+NEW_PINS = (f"    {OLD_PIN}\n", f"    {NEW_PIN}\n")
 
 
 def run(
@@ -90,7 +93,7 @@ def repo(tmp_path: Path) -> Path:
 def new_release_in_dev(root: Path) -> str:
     dev = root / "Pulumi.dev-westeurope.yaml"
     dev.write_text(dev.read_text().replace(*NEW_PINS))
-    commit(root, "dev: GPU Operator v26.7.1")
+    commit(root, "dev: driver branch 580")
     return json.loads(run(root, "promote", "record", "dev-westeurope", "--result", "ok", "--json").stdout)["release"]
 
 
@@ -115,14 +118,14 @@ def test_a_release_moves_dev_staging_prod_wave_1_then_wave_2(repo: Path):
     # 25 hours later the release has run verified in dev for its soak
     dry = run(repo, "promote", "staging-westeurope", "--dry-run", now=hour(25))
     assert dry.returncode == 0, dry.stdout + dry.stderr
-    assert "dry run: every gate passes" in dry.stdout and "v26.7.0" in dry.stdout and "v26.7.1" in dry.stdout
+    assert "dry run: every gate passes" in dry.stdout and "595" in dry.stdout and "580  changed" in dry.stdout
     assert (repo / "Pulumi.staging-westeurope.yaml").read_text() == originals["staging-westeurope"]
 
     proc = run(repo, "promote", "staging-westeurope", now=hour(25))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"promoted: Pulumi.staging-westeurope.yaml now pins release {release}" in proc.stdout
     staged = (repo / "Pulumi.staging-westeurope.yaml").read_text()
-    assert "gpu_operator: v26.7.1" in staged
+    assert NEW_PIN in staged
     assert outside_release(staged) == outside_release(originals["staging-westeurope"])  # byte for byte
     commit(repo, "promote to staging")
 
@@ -153,7 +156,7 @@ def test_a_release_moves_dev_staging_prod_wave_1_then_wave_2(repo: Path):
     for stack in ("staging-westeurope", "prod-eastus", "prod-westeurope"):
         text = (repo / f"Pulumi.{stack}.yaml").read_text()
         assert outside_release(text) == outside_release(originals[stack]), stack
-        assert "gpu_operator: v26.7.1" in text
+        assert NEW_PIN in text
 
     entries = ledger_lines(repo)
     promotions = [(e["from"], e["stack"], e["release"]) for e in entries if e["kind"] == "promote"]
@@ -214,7 +217,7 @@ def test_an_invalid_source_is_refused_even_when_forced(repo: Path):
     assert proc.returncode == 1
     assert "refused (invalid): stack dev-westeurope is invalid; fix it first:" in proc.stdout
     assert "Pulumi.dev-westeurope.yaml:" in proc.stdout and "colour" in proc.stdout
-    assert "v26.7.0" in (repo / "Pulumi.staging-westeurope.yaml").read_text()
+    assert OLD_PIN in (repo / "Pulumi.staging-westeurope.yaml").read_text()
 
 
 def test_an_invalid_target_is_refused(repo: Path):
@@ -340,8 +343,8 @@ def test_two_writers_appending_at_once_lose_no_line_and_keep_the_chain(tmp_path:
 def test_a_result_that_would_be_invalid_is_refused_even_when_forced(repo: Path):
     """The block moves as text: an alias to an anchor elsewhere in the source file would dangle in the target."""
     dev = repo / "Pulumi.dev-westeurope.yaml"
-    text = dev.read_text().replace("config:\n", 'config:\n  team:kubernetes: &k8s "1.33"\n', 1)
-    text = text.replace('    kubernetes: "1.33"\n', "    kubernetes: *k8s\n    # uses team:kubernetes\n", 1)
+    text = dev.read_text().replace("config:\n", 'config:\n  team:kubernetes: &k8s "1.36"\n', 1)
+    text = text.replace('    kubernetes: "1.36"\n', "    kubernetes: *k8s\n    # uses team:kubernetes\n", 1)
     dev.write_text(text.replace(*NEW_PINS))
     commit(repo, "dev: kubernetes from an anchor")
     assert run(repo, "validate", "dev-westeurope").returncode == 0
@@ -398,7 +401,7 @@ def test_a_source_out_of_the_policys_order_is_refused_unless_forced_and_status_s
     reason = "CVE-2026-0002 [bold]now[/bold]"
     proc = run(repo, "promote", "prod-eastus", "--from", "hotfix-westeurope", "--force", "--reason", reason)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "forced (order)" in proc.stdout and "v26.7.1" in (repo / "Pulumi.prod-eastus.yaml").read_text()
+    assert "forced (order)" in proc.stdout and NEW_PIN in (repo / "Pulumi.prod-eastus.yaml").read_text()
     (entry,) = [e for e in ledger_lines(repo) if e["kind"] == "promote"]
     assert (entry["from"], entry["forced"], entry["reason"]) == ("hotfix-westeurope", ["order"], reason)
     commit(repo, "hotfix to prod-eastus")
@@ -426,7 +429,7 @@ def test_only_the_previous_stage_or_an_earlier_wave_is_in_order():
 def test_record_refuses_a_time_in_the_future_or_before_the_stacks_last_commit(repo: Path):
     dev = repo / "Pulumi.dev-westeurope.yaml"
     dev.write_text(dev.read_text().replace(*NEW_PINS))
-    commit(repo, "dev: GPU Operator v26.7.1", hours_ago=2)
+    commit(repo, "dev: driver branch 580", hours_ago=2)
     proc = run(repo, "promote", "record", "dev-westeurope", "--result", "ok", "--at", ago(-1))
     assert proc.returncode == 2 and "is in the future" in proc.stderr, proc.stderr
     proc = run(repo, "promote", "record", "dev-westeurope", "--result", "ok", "--at", ago(3))
@@ -439,7 +442,7 @@ def test_record_refuses_a_time_in_the_future_or_before_the_stacks_last_commit(re
 def test_a_backdated_record_does_not_satisfy_the_soak(repo: Path):
     dev = repo / "Pulumi.dev-westeurope.yaml"
     dev.write_text(dev.read_text().replace(*NEW_PINS))
-    commit(repo, "dev: GPU Operator v26.7.1", hours_ago=30)
+    commit(repo, "dev: driver branch 580", hours_ago=30)
     assert run(repo, "promote", "record", "dev-westeurope", "--result", "ok", "--at", ago(25)).returncode == 0
     proc = run(repo, "promote", "staging-westeurope")
     assert proc.returncode == 1, proc.stdout
@@ -465,7 +468,7 @@ def test_an_edited_or_removed_ledger_line_is_refused_naming_the_line(repo: Path)
     proc = run(repo, "promote", "status")
     assert proc.returncode == 1
     assert f"{LEDGER_FILE}:2: the chain breaks here: 'prev' is not the hash of line 1 before it" in proc.stderr
-    assert "v26.7.0" in (repo / "Pulumi.staging-westeurope.yaml").read_text()
+    assert OLD_PIN in (repo / "Pulumi.staging-westeurope.yaml").read_text()
     written = [json.loads(line) for line in lines]
     assert [e["prev"] for e in written] == [None, written[0]["hash"], written[1]["hash"]]
 
@@ -550,7 +553,7 @@ def test_from_and_record_take_stack_names_not_paths(repo: Path):
     assert (repo / f"Pulumi.{sneaky}.yaml").is_file()
     proc = run(repo, "promote", "staging-westeurope", "--from", sneaky, "--force", "--reason", "x")
     assert proc.returncode == 2 and "is not a stack name" in proc.stderr, proc.stdout
-    assert "v26.7.0" in (repo / "Pulumi.staging-westeurope.yaml").read_text()
+    assert OLD_PIN in (repo / "Pulumi.staging-westeurope.yaml").read_text()
     proc = run(repo, "promote", "record", str(outside / "Pulumi.dev-westeurope.yaml"), "--result", "ok")
     assert proc.returncode == 2 and "is not a stack name" in proc.stderr
     assert not (repo / LEDGER_FILE).exists()
@@ -567,7 +570,7 @@ def test_promotion_refuses_when_git_is_missing(repo: Path, tmp_path_factory: pyt
         proc = run(repo, *args, path=str(no_git))
         assert proc.returncode == 1, (args, proc.stdout)
         assert "git is not installed (or not on PATH)" in proc.stderr, args
-    assert "v26.7.0" in (repo / "Pulumi.staging-westeurope.yaml").read_text()
+    assert OLD_PIN in (repo / "Pulumi.staging-westeurope.yaml").read_text()
     assert len(ledger_lines(repo)) == 1
 
 

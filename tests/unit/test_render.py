@@ -439,17 +439,20 @@ def test_render_json_is_the_documented_shape():
     assert all(set(d) >= {"chart", "name", "runs_on", "misses"} for d in data["daemonsets"])
 
 
-def test_an_unknown_chart_version_is_one_line_exit_1_and_nothing_written(tmp_path):
+def test_a_pinned_chart_version_the_charts_directory_lacks_is_one_line_exit_1_and_nothing_written(tmp_path):
+    """The stack is valid (its pins are in the release table), but the charts directory holds another version."""
     stack = tmp_path / "Pulumi.dev-westeurope.yaml"
-    stack.write_text(
-        (REPO / "Pulumi.dev-westeurope.yaml").read_text().replace("device_plugin: v0.20.0", "device_plugin: v0.99.0")
-    )
+    stack.write_text((REPO / "Pulumi.dev-westeurope.yaml").read_text())
+    other = tmp_path / "charts"
+    other.mkdir()
+    (other / "nvidia-device-plugin-0.19.0.tgz").write_bytes(b"")
     out = tmp_path / "out"
-    proc = gpufleet(str(stack), "-o", str(out))
+    proc = gpufleet(str(stack), "-o", str(out), env={charts.CHARTS_DIR_ENV: str(other)})
     assert proc.returncode == 1
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-    assert "stack dev-westeurope" in line and "nvidia-device-plugin 0.99.0" in line and "helm pull" in line
-    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == [stack.name]
+    assert "stack dev-westeurope" in line and "nvidia-device-plugin 0.20.0" in line and "helm pull" in line
+    assert "(it has nvidia-device-plugin-0.19.0.tgz)" in line
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == sorted([stack.name, "charts"])
 
 
 def test_a_missing_charts_directory_is_one_line_exit_1(tmp_path):

@@ -27,12 +27,14 @@ SIZES = [
 ]
 REGIONS = sorted(CATALOG.region_names)
 RELEASE = {
-    "kubernetes": "1.33",
+    "kubernetes": "1.36",
     "gpu_operator": "v26.7.0",
     "device_plugin": "v0.20.0",
-    "driver_branch": "580",
+    "driver_branch": "595",
     "mig_parted": "v0.15.0",
     "container_toolkit": "v1.20.0",
+    "dra_driver": "v0.5.0",
+    "nfd": "v0.19.0",
 }
 FILE = "stack.yaml"  # not Pulumi.<stage>-<region>.yaml: the file-name rule would reject every document
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}

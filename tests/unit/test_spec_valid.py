@@ -42,10 +42,17 @@ def test_examples_cover_the_pool_kinds_the_issue_names():
 
 
 def test_stack_validity_follows_the_date():
-    text = (REPO / "tests/fixtures/invalid/vm_size_retired.yaml").read_text()
-    assert load_stack_text(text, "x.yaml", today=dt.date(2025, 9, 29)).ok
-    retired = load_stack_text(text, "x.yaml", today=dt.date(2025, 9, 30))
-    assert [d.path for d in retired.diagnostics] == ["aks.gpu_pools[0].vm_size"]
+    def errors(text: str, day: dt.date) -> list[str]:
+        return [d.path for d in load_stack_text(text, "x.yaml", today=day).diagnostics]
+
+    retired = (REPO / "tests/fixtures/invalid/vm_size_retired.yaml").read_text()
+    assert "aks.gpu_pools[0].vm_size" not in errors(retired, dt.date(2025, 9, 29))
+    assert "aks.gpu_pools[0].vm_size" in errors(retired, dt.date(2025, 9, 30))
+    # the release: driver branch 595 is supported until the end of March 2027, and AKS offers 1.36 from June 2026
+    dev = (REPO / "Pulumi.dev-westeurope.yaml").read_text()
+    assert errors(dev, dt.date(2026, 6, 1)) == errors(dev, dt.date(2027, 3, 31)) == []
+    assert errors(dev, dt.date(2026, 5, 31)) == ["release.kubernetes"]
+    assert errors(dev, dt.date(2027, 4, 1)) == ["release.driver_branch"]
 
 
 def test_operator_pools_disable_the_aks_driver_and_aks_pools_keep_it():
