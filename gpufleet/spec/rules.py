@@ -17,7 +17,14 @@ from gpufleet import mig
 from gpufleet.aks import aks_pool_name
 from gpufleet.catalog import OS_IMAGE_NAMES, Catalog, Gpu, VmSize
 from gpufleet.diagnostics import Finding, Path, did_you_mean, format_path
-from gpufleet.labels import DEPLOY_DRIVER_LABEL, DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
+from gpufleet.labels import (
+    DEPLOY_DEVICE_PLUGIN_LABEL,
+    DEPLOY_DRIVER_LABEL,
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    DRA_OPERAND_LABELS,
+    GPU_PRESENT_LABEL,
+    MIG_CONFIG_LABEL,
+)
 from gpufleet.spec.models import (
     Advertiser,
     AksManagedMig,
@@ -55,6 +62,8 @@ DERIVED_LABELS = {
     DEVICE_PLUGIN_CONFIG_LABEL: "sharing",
     DEPLOY_DRIVER_LABEL: "driver",
     GPU_PRESENT_LABEL: "GPU software (the device plugin chart runs where it is true)",
+    DEPLOY_DEVICE_PLUGIN_LABEL: "advertiser (none keeps the device plugin off)",
+    **dict.fromkeys(DRA_OPERAND_LABELS, "advertiser (none keeps the DRA driver off)"),
 }
 AKS_RESERVED_LABEL_PREFIXES = ("kubernetes.azure.com/", "kubernetes.io/", "k8s.io/")
 # The node OS images each AKS os_sku can give (learn.microsoft.com/azure/aks/upgrade-os-version): Ubuntu is 22.04 up to
@@ -363,8 +372,8 @@ def check_dra_gpu(gpu: Gpu, path: Path) -> Iterator[Finding]:
 
 
 def check_pool_advertiser(pool: GpuPool, gpu: Gpu, path: Path) -> Iterator[Finding]:
-    """What a pool's advertiser excludes: the device plugin's sharing configs (dra, none), the operator's MIG manager
-    (dra: a GPUCluster has none)."""
+    """What a pool's advertiser excludes: the device plugin's sharing configs (dra, none); dra needs the GPU's
+    product name."""
     if pool.advertiser == "device-plugin":
         return
     if pool.sharing.mode != "none":
@@ -379,16 +388,8 @@ def check_pool_advertiser(pool: GpuPool, gpu: Gpu, path: Path) -> Iterator[Findi
             f"sharing configures the device plugin, which advertiser {pool.advertiser} does not run: {how}; remove"
             " sharing, or use advertiser device-plugin",
         )
-    if pool.advertiser != "dra":
-        return
-    if isinstance(pool.mig, OperatorManagedMig):
-        yield Finding(
-            (*path, "mig", "managed_by"),
-            "the GPU Operator's MIG manager belongs to its ClusterPolicy; with advertiser dra it runs a GPUCluster,"
-            " which has none: let AKS partition the GPUs (mig: {managed_by: aks, profile: MIG1g...}), whose instances"
-            " the DRA driver advertises, or use advertiser device-plugin",
-        )
-    yield from check_dra_gpu(gpu, (*path, "advertiser"))
+    if pool.advertiser == "dra":
+        yield from check_dra_gpu(gpu, (*path, "advertiser"))
 
 
 def check_advertisers_mixed(items: Sequence[tuple[Path, str, Advertiser]], what: str) -> Iterator[Finding]:
@@ -405,6 +406,22 @@ def check_advertisers_mixed(items: Sequence[tuple[Path, str, Advertiser]], what:
                 f" ({format_path((*plugin[0], 'advertiser'))}, the default): {ONE_OPERATOR_CR}; give the cluster's"
                 f" {what}s one advertiser (none goes with either), or move the DRA {what}s to a stack of their own"
                 " (docs/kubernetes.md)",
+            )
+
+
+def check_gpu_cluster_mig(pools: Sequence[GpuPool | None]) -> Iterator[Finding]:
+    """A cluster with a DRA pool runs a GPUCluster, which has no MIG manager: no pool's layout can be the
+    operator's."""
+    dra = next((p.name for p in pools if p is not None and p.advertiser == "dra"), None)
+    if dra is None:
+        return
+    for i, pool in enumerate(pools):
+        if pool is not None and isinstance(pool.mig, OperatorManagedMig):
+            yield Finding(
+                ("aks", "gpu_pools", i, "mig", "managed_by"),
+                f"the GPU Operator's MIG manager belongs to its ClusterPolicy, and pool {dra!r} has advertiser dra, so"
+                " the cluster's operator runs a GPUCluster, which has none: let AKS partition the GPUs (mig:"
+                " {managed_by: aks, profile: MIG1g...}), whose instances the DRA driver advertises",
             )
 
 
@@ -692,6 +709,7 @@ def check_aks_pools(pools: Sequence[GpuPool | None], system: SystemPool | None, 
     yield from check_advertisers_mixed(
         [(("aks", "gpu_pools", i), p.name, p.advertiser) for i, p in enumerate(pools) if p is not None], "pool"
     )
+    yield from check_gpu_cluster_mig(pools)
     yield from check_cluster_limits(pools, system)
     yield from check_aks_names(pools)
     yield from check_mig_config_names(layouts)
