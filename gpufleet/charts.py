@@ -584,6 +584,8 @@ def not_needed(workload: Workload, target: Target) -> str | None:
         return "its GPUs have no MIG"
     if workload.role == "mps-control-daemon" and not target.mps:
         return "its GPUs are not shared with MPS"
+    if workload.role == "gfd" and target.advertiser == "none":
+        return "its advertiser is none: no pod is scheduled on the GPU labels GPU Feature Discovery sets"
     return None
 
 
