@@ -58,7 +58,15 @@ def test_the_aks_mig_pool_keeps_its_gpu_instance_profile_and_no_device_plugin_la
 
 def test_a_none_pool_of_a_dra_cluster_carries_the_dra_operands_off_switches(tmp_path: Path):
     text = (EXAMPLES / f"Pulumi.{STACK}.yaml").read_text()
-    idle = "      - name: h100idle\n        vm_size: Standard_NC40ads_H100_v5\n        count: 1\n        advertiser: none\n"
+    idle = "".join(
+        f"{indent}{line}\n"
+        for indent, line in (
+            ("      - ", "name: h100idle"),
+            ("        ", "vm_size: Standard_NC40ads_H100_v5"),
+            ("        ", "count: 1"),
+            ("        ", "advertiser: none"),
+        )
+    )
     (tmp_path / f"Pulumi.{STACK}.yaml").write_text(text + idle)
     run = run_program(STACK, tmp_path)
     pools = {p.inputs["tags"]["gpufleet-pool"]: p for p in checks.of_type(run.recorder.resources, checks.AGENT_POOL)}
