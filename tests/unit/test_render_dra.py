@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -284,3 +285,31 @@ def test_a_stack_without_dra_generates_nothing():
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["generated"] == []
 
+
+def _apply_diff(text: str, diff: str) -> str:
+    """Apply the hunks of a docs ```diff block (context ' ', removed '-', added '+'; hunks split by '@@'), each of
+    whose old lines must appear exactly once in ``text``."""
+    for hunk in diff.split("@@\n"):
+        lines = hunk.splitlines()
+        old = "".join(line[1:] + "\n" for line in lines if line[:1] in (" ", "-"))
+        new = "".join(line[1:] + "\n" for line in lines if line[:1] in (" ", "+"))
+        assert text.count(old) == 1, f"the diff's lines are not in the stack once:\n{old}"
+        text = text.replace(old, new)
+    return text
+
+
+def test_the_docs_migration_diff_turns_the_device_plugin_cluster_into_a_valid_dra_cluster(catalog):
+    doc = (REPO / "docs" / "kubernetes.md").read_text()
+    (diff,) = re.findall(r"```diff\n(.*?)```", doc, re.S)
+    text = _apply_diff((REPO / "Pulumi.dev-westeurope.yaml").read_text(), diff)
+    loaded = load_stack_text(text, "Pulumi.dev-westeurope.yaml", today=TODAY)
+    assert loaded.stack is not None, [str(d) for d in loaded.diagnostics]
+    result = _render(loaded.stack, catalog)
+    assert [c.release.chart for c in result.charts] == [GPU_OPERATOR_CHART] and _objects(result, "GPUCluster")
+    assert _coverage(result, "nvidia-dra-driver-kubelet-plugin").runs_on == ("t4shared", "a100mig", "t4spot")
+    assert result.problems == []
+    templates = [(o["metadata"]["name"], o["metadata"]["annotations"]) for o in result.generated[0].objects]
+    assert templates == [  # one T4 template for both T4 pools; AKS's MIG1g leaves the A100 no whole GPU
+        ("gpu-t4", {"gpufleet.io/targets": "t4shared,t4spot"}),
+        ("gpu-a100-pcie-80gb-1g10gb", {"gpufleet.io/targets": "a100mig"}),
+    ]
