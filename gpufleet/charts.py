@@ -649,12 +649,12 @@ def unadvertised(chart: str, loads: list[Workload], targets: list[Target]) -> li
         hosts = [t.name for t in targets if t.gpu and t.workload == CONTAINER_WORKLOAD and t.advertiser == advertiser]
         if not hosts or role in roles:
             continue
-        if chart != GPU_OPERATOR_CHART:
-            why = f"the {chart} chart has no DRA driver: DRA pools and host groups need the {GPU_OPERATOR_CHART} chart"
-        elif advertiser == "dra":
+        if advertiser == "device-plugin":
+            why = "the chart renders a GPUCluster, which deploys no device plugin (a ClusterPolicy does)"
+        elif chart == GPU_OPERATOR_CHART:
             why = "the chart renders no GPUCluster (gpuCluster.deployCR), whose operator deploys the DRA driver"
         else:
-            why = "the chart renders a GPUCluster, which deploys no device plugin (a ClusterPolicy does)"
+            why = f"the {chart} chart has no DRA driver: DRA pools and host groups need the {GPU_OPERATOR_CHART} chart"
         out.append(Coverage(chart, "DaemonSet", name, (), tuple(Miss(h, why, intended=False) for h in hosts)))
     return out
 

@@ -55,9 +55,10 @@ def _objects(result: charts.Render, kind: str) -> list[dict[str, Any]]:
     return [o for c in result.charts for o in c.objects if o.get("kind") == kind]
 
 
-def _problems(result: charts.Render, targets: list[charts.Target]) -> list[str]:
-    """The problems of ``result``'s render placed again (no helm) on other targets."""
-    _, placed = charts.place(result.charts, targets)
+def _problems(result: charts.Render, targets: list[charts.Target], objects: list[Any] | None = None) -> list[str]:
+    """The problems of ``result``'s render placed again (no helm) on other targets, or with other objects."""
+    again = [charts.RenderedChart(c.release, c.manifest, objects or c.objects) for c in result.charts]
+    _, placed = charts.place(again, targets)
     return [p for c in placed for p in c.problems]
 
 
@@ -112,6 +113,13 @@ def test_the_dra_driver_and_its_operands_run_on_every_dra_pool_and_no_device_plu
             DRA_OPERAND_LABELS, "true"
         )
     assert _coverage(dra, "nvidia-dra-driver-controller").runs_on[0] == "system"
+
+
+def test_without_the_gpu_cluster_the_check_sees_every_dra_pool_unserved(dra):
+    objects = [o for c in dra.charts for o in c.objects if o["kind"] != "GPUCluster"]
+    problems = _problems(dra, dra.targets, objects)
+    why = "the chart renders no GPUCluster (gpuCluster.deployCR), whose operator deploys the DRA driver"
+    assert problems == [f"DaemonSet nvidia-dra-driver-kubelet-plugin would not run on {p}: {why}" for p in DRA_POOLS]
 
 
 def test_without_nvlink_across_nodes_the_compute_domain_half_stays_off(catalog):
