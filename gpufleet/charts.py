@@ -26,6 +26,7 @@ The scheduler's part (taints, node selectors, required node affinity) is :mod:`g
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -40,8 +41,24 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.aks import aks_node_labels
-from gpufleet.gpu_software import CONTAINER_WORKLOAD, GPU_OPERATOR_CHART, SANDBOX_MODE, ChartRelease, GpuWorkload
-from gpufleet.labels import GPU_PRESENT_LABEL, GPU_WORKLOAD_CONFIG_LABEL, MIG_CONFIG_LABEL
+from gpufleet.dra import DraPlan, dra_plan
+from gpufleet.gpu_software import (
+    CLUSTER_POLICY,
+    CONTAINER_WORKLOAD,
+    GPU_CLUSTER,
+    GPU_OPERATOR_CHART,
+    SANDBOX_MODE,
+    ChartRelease,
+    GpuWorkload,
+    OperatorCr,
+)
+from gpufleet.labels import (
+    DEPLOY_DRIVER_LABEL,
+    DRA_OPERAND_LABELS,
+    GPU_PRESENT_LABEL,
+    GPU_WORKLOAD_CONFIG_LABEL,
+    MIG_CONFIG_LABEL,
+)
 from gpufleet.mig.outputs import DISABLED_CONFIG
 from gpufleet.plan import StackPlan
 from gpufleet.scheduling import NodeShape, Placement, Taint, why_not
@@ -125,6 +142,19 @@ def kube_version(kubernetes: str) -> str:
     return "v" + ".".join([*parts, "0", "0"][:3])
 
 
+# Kubernetes serves resource.k8s.io/v1 (DRA) by default from 1.34; helm template, offline, knows only the APIs it is
+# told of, and the GPU Operator's chart refuses a GPUCluster unless the DeviceClass API is among them
+# (templates/validations.yaml: "pass --api-versions resource.k8s.io/v1/DeviceClass").
+DRA_API_VERSION = "resource.k8s.io/v1/DeviceClass"
+DRA_SERVED_FROM = (1, 34)
+
+
+def api_versions(kubernetes: str) -> list[str]:
+    """helm's ``--api-versions`` arguments for the APIs a cluster of ``kubernetes`` serves that the charts ask for."""
+    major, minor = (int(x) for x in kubernetes.removeprefix("v").split(".")[:2])
+    return ["--api-versions", DRA_API_VERSION] if (major, minor) >= DRA_SERVED_FROM else []
+
+
 def helm_template(release: ChartRelease, chart: Path, kubernetes: str, helm: str) -> str:
     """``helm template`` of ``chart`` with the release's values, CRDs included (what a GitOps tool applies)."""
     with tempfile.TemporaryDirectory(prefix="gpufleet-values-") as tmp:
@@ -132,7 +162,7 @@ def helm_template(release: ChartRelease, chart: Path, kubernetes: str, helm: str
         values.write_text(json.dumps(release.values))
         cmd = [
             helm, "template", release.name, str(chart), "--namespace", release.namespace, "--values", str(values),
-            "--kube-version", kube_version(kubernetes), "--include-crds",
+            "--kube-version", kube_version(kubernetes), "--include-crds", *api_versions(kubernetes),
         ]  # fmt: skip
         try:
             proc = subprocess.run(
@@ -190,6 +220,7 @@ class Target:
     driver_by_operator: bool = False  # the GPU Operator's driver daemonset is meant to run here
     mps: bool = False  # the node's device-plugin config shares GPUs with MPS
     workload: GpuWorkload = CONTAINER_WORKLOAD  # what the stack has its GPUs serve (HostGroupPlan.gpu_workload)
+    advertiser: str = "device-plugin"  # what makes its GPUs allocatable: device-plugin, dra or none
 
 
 def stack_targets(plan: StackPlan, chart: str) -> list[Target]:
@@ -213,6 +244,7 @@ def stack_targets(plan: StackPlan, chart: str) -> list[Target]:
                     mig_capable=pool.mig_capable,
                     driver_by_operator=pool.driver == "operator",
                     mps=pool.sharing.mode == "mps",
+                    advertiser=pool.advertiser,
                 )
             )
     for group in plan.host_groups:
@@ -225,6 +257,7 @@ def stack_targets(plan: StackPlan, chart: str) -> list[Target]:
                 gpu=group.gpu_model is not None,
                 mig_capable=bool(group.mig_capable),
                 workload=group.gpu_workload or CONTAINER_WORKLOAD,
+                advertiser=group.advertiser,
             )
         )
     return targets
@@ -303,10 +336,13 @@ class OperatorPolicy:
     mig_disabled_default: bool = False  # migManager.config.default all-disabled: MIG-capable nodes get it as MIG config
     sandbox: bool = False  # sandboxWorkloads.enabled: each GPU node runs the operands of its GPU workload
     default_workload: GpuWorkload = CONTAINER_WORKLOAD  # sandboxWorkloads.defaultWorkload, where it is a valid one
+    cr: OperatorCr = CLUSTER_POLICY  # a rendered GPUCluster: every GPU node gets the DRA stack's deploy labels
 
     @classmethod
     def of(cls, objects: Iterable[Mapping[str, Any]]) -> OperatorPolicy:
         for obj in objects:
+            if obj.get("kind") == "GPUCluster":
+                return cls(cr=GPU_CLUSTER)
             if obj.get("kind") == "ClusterPolicy":
                 spec = obj.get("spec") or {}
                 sandbox = spec.get("sandboxWorkloads") or {}
@@ -338,6 +374,7 @@ class Workload:
     placement: Placement
     role: str  # nfd-worker, gfd, operator, device-plugin, mps-control-daemon, driver, mig-manager, controller, ...
     serves: tuple[GpuWorkload, ...] | None = None  # the GPU workloads it is for; None: every node (NFD's worker)
+    advertiser: str | None = None  # the advertiser of the nodes it is for (device-plugin, dra); None: any
 
 
 def _role(name: str, labels: Mapping[str, str]) -> str:
@@ -357,6 +394,8 @@ def _role(name: str, labels: Mapping[str, str]) -> str:
 
 # the charts' own GPU DaemonSets (the standalone device plugin's) serve containers
 CONTAINER_ROLES = ("gfd", "device-plugin", "mps-control-daemon")
+# the device plugin and what comes with it serve the nodes it advertises
+DEVICE_PLUGIN_ROLES = ("device-plugin", "mps-control-daemon")
 
 
 def workloads(chart: str, objects: Iterable[Mapping[str, Any]]) -> list[Workload]:
@@ -371,9 +410,14 @@ def workloads(chart: str, objects: Iterable[Mapping[str, Any]]) -> list[Workload
             placement = Placement.from_pod_spec(template.get("spec") or {})
             role = _role(meta["name"], labels)
             serves = (CONTAINER_WORKLOAD,) if kind == "DaemonSet" and role in CONTAINER_ROLES else None
-            out.append(Workload(chart, kind, meta["name"], placement, role, serves))
+            advertiser = "device-plugin" if kind == "DaemonSet" and role in DEVICE_PLUGIN_ROLES else None
+            out.append(Workload(chart, kind, meta["name"], placement, role, serves, advertiser))
         elif kind == "ClusterPolicy":
             out.extend(_operands(chart, obj["spec"]))
+        elif kind == "GPUCluster":
+            out.extend(_gpu_cluster_operands(chart, obj["spec"]))
+        elif kind == "NVIDIADriver":
+            out.append(_nvidia_driver(chart, obj))
     return out
 
 
@@ -386,13 +430,95 @@ def _operands(chart: str, spec: Mapping[str, Any]) -> list[Workload]:
         selector = {DEPLOY_LABEL_PREFIX + op.label: "true"}
         placement = Placement.from_pod_spec({"nodeSelector": selector, "tolerations": tolerations})
         role = OPERAND_ROLES.get(op.key or "", "operand")
-        out.append(Workload(chart, "DaemonSet", op.daemonset, placement, role, op.workloads))
+        advertiser = "device-plugin" if role in DEVICE_PLUGIN_ROLES else None
+        out.append(Workload(chart, "DaemonSet", op.daemonset, placement, role, op.workloads, advertiser))
         if op.key == "devicePlugin":  # the operator's MPS control daemon comes with its device plugin
             mps = Placement.from_pod_spec(
                 {"nodeSelector": {**selector, MPS_CAPABLE_LABEL: "true"}, "tolerations": tolerations}
             )
-            out.append(Workload(chart, "DaemonSet", MPS_CONTROL_DAEMON, mps, "mps-control-daemon", op.workloads))
+            daemon = Workload(chart, "DaemonSet", MPS_CONTROL_DAEMON, mps, "mps-control-daemon", op.workloads)
+            out.append(dataclasses.replace(daemon, advertiser="device-plugin"))
     return out
+
+
+# -- the GPUCluster's operands (GPU Operator v26.7.0: internal/state/gpucluster*.go, manifests/state-dra-driver,
+# state-dra-validation, state-dcgm, state-dcgm-exporter) ----------------------------------------------------------
+
+# The deploy labels the operator adds to every GPU node (nvidia.com/gpu.present=true) of a GPUCluster, unless set
+# (controllers/state_manager.go:131-137 gpuClusterStateLabels; nodelabeling_controller.go updateGPUClusterStateLabels)
+GPU_CLUSTER_STATE_LABELS = (DEPLOY_DRIVER_LABEL, *DRA_OPERAND_LABELS)
+# The DRA kubelet plugin's required node affinity besides its deploy label: a node NFD found an NVIDIA PCI device on,
+# a Tegra node, or one labelled nvidia.com/gpu.present=true (manifests/state-dra-driver/0500_daemonset.yaml)
+_DRA_PLUGIN_TERMS = (
+    ("feature.node.kubernetes.io/pci-10de.present", "true"),
+    ("feature.node.kubernetes.io/cpu-model.vendor_id", "NVIDIA"),
+    (GPU_PRESENT_LABEL, "true"),
+)
+DRA_KUBELET_PLUGIN = "nvidia-dra-driver-kubelet-plugin"
+
+
+@dataclass(frozen=True)
+class GpuClusterOperand:
+    """A DaemonSet the operator creates from a GPUCluster: its name, deploy label, the spec key that turns it on or
+    off (None: always) and its default, and its required node affinity terms (each one label: value; none: none)."""
+
+    daemonset: str
+    label: str
+    key: str | None = None
+    default: bool = True
+    terms: tuple[tuple[str, str], ...] = ()
+    role: str = "operand"
+
+    def enabled(self, spec: Mapping[str, Any]) -> bool:
+        return self.key is None or bool((spec.get(self.key) or {}).get("enabled", self.default))
+
+
+# Each of them reaches the GPUs through DRA (the kubelet plugin advertises them; the others hold an admin-access claim
+# on gpu.nvidia.com, manifests/state-*/0400_resourceclaimtemplate.yaml), so they are for dra nodes only.
+GPU_CLUSTER_OPERANDS = (
+    GpuClusterOperand(DRA_KUBELET_PLUGIN, DRA_OPERAND_LABELS[0], terms=_DRA_PLUGIN_TERMS, role="dra-kubelet-plugin"),
+    GpuClusterOperand("nvidia-dra-validator", DRA_OPERAND_LABELS[1], terms=((GPU_PRESENT_LABEL, "true"),)),
+    GpuClusterOperand("nvidia-dcgm-dra", DRA_OPERAND_LABELS[2], key="dcgm", default=False),
+    GpuClusterOperand("nvidia-dcgm-exporter-dra", DRA_OPERAND_LABELS[3], key="dcgmExporter"),
+)
+# the ComputeDomain controller (a Deployment, with computeDomains on): it tolerates the control plane,
+# CriticalAddonsOnly (AKS's system pool) and the daemonsets' tolerations, and only prefers control-plane nodes
+# (manifests/state-dra-driver/0600_controller-deployment.yaml)
+DRA_CONTROLLER = "nvidia-dra-driver-controller"
+_DRA_CONTROLLER_TOLERATIONS = (
+    {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+)
+
+
+def _gpu_cluster_operands(chart: str, spec: Mapping[str, Any]) -> list[Workload]:
+    tolerations = (spec.get("daemonsets") or {}).get("tolerations") or []
+    out = []
+    for op in GPU_CLUSTER_OPERANDS:
+        if not op.enabled(spec):
+            continue
+        pod: dict[str, Any] = {"nodeSelector": {op.label: "true"}, "tolerations": tolerations}
+        if op.terms:
+            terms = [{"matchExpressions": [{"key": k, "operator": "In", "values": [v]}]} for k, v in op.terms]
+            required = {"nodeSelectorTerms": terms}
+            pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+        placement = Placement.from_pod_spec(pod)
+        out.append(Workload(chart, "DaemonSet", op.daemonset, placement, op.role, (CONTAINER_WORKLOAD,), "dra"))
+    if ((spec.get("draDriver") or {}).get("computeDomains") or {}).get("enabled", True):
+        controller = Placement.from_pod_spec({"tolerations": [*_DRA_CONTROLLER_TOLERATIONS, *tolerations]})
+        out.append(Workload(chart, "Deployment", DRA_CONTROLLER, controller, "controller"))
+    return out
+
+
+def _nvidia_driver(chart: str, obj: Mapping[str, Any]) -> Workload:
+    """The driver DaemonSet an NVIDIADriver CR makes (one per OS the operator finds on its nodes): the driver deploy
+    label and the CR's node selector, its tolerations (gpu-operator manifests/state-driver/0500_daemonset.yaml)."""
+    spec = obj.get("spec") or {}
+    selector = {**(spec.get("nodeSelector") or {}), DEPLOY_DRIVER_LABEL: "true"}
+    placement = Placement.from_pod_spec({"nodeSelector": selector, "tolerations": spec.get("tolerations") or []})
+    name = f"nvidia-gpu-driver-{obj['metadata']['name']}"
+    return Workload(chart, "DaemonSet", name, placement, "driver", (CONTAINER_WORKLOAD,))
 
 
 def _runs(workload: Workload, target: Target, labels: Mapping[str, str]) -> list[str]:
@@ -420,7 +546,10 @@ def converge(
                     node[MPS_CAPABLE_LABEL] = "true"
             if operator_runs and node.get(NFD_GPU_LABEL) == "true":
                 node.setdefault(GPU_PRESENT_LABEL, "true")
-            if operator_runs and node.get(GPU_PRESENT_LABEL) == "true":
+            if operator_runs and node.get(GPU_PRESENT_LABEL) == "true" and policy.cr == GPU_CLUSTER:
+                for key in GPU_CLUSTER_STATE_LABELS:
+                    node.setdefault(key, "true")
+            elif operator_runs and node.get(GPU_PRESENT_LABEL) == "true":
                 workload = policy.workload(node)
                 for key in state_labels(workload):
                     node.setdefault(key, "true")
@@ -434,11 +563,15 @@ def converge(
 
 
 def _not_its_workload(workload: Workload, target: Target) -> str | None:
-    """Why ``workload`` is not for ``target``'s GPUs (their GPU workload is not one it serves), or None."""
-    if workload.serves is None or target.workload in workload.serves:
-        return None
-    serves = " and ".join(workload.serves)
-    return f"its GPUs {WORKLOAD_WORDS[target.workload]} ({target.workload}); it serves {serves} nodes"
+    """Why ``workload`` is not for ``target``'s GPUs (their GPU workload is not one it serves, or their advertiser is
+    another), or None."""
+    if workload.serves is not None and target.workload not in workload.serves:
+        serves = " and ".join(workload.serves)
+        return f"its GPUs {WORKLOAD_WORDS[target.workload]} ({target.workload}); it serves {serves} nodes"
+    container = target.workload == CONTAINER_WORKLOAD
+    if workload.advertiser is not None and container and target.advertiser != workload.advertiser:
+        return f"its advertiser is {target.advertiser}; it serves {workload.advertiser} nodes"
+    return None
 
 
 def not_needed(workload: Workload, target: Target) -> str | None:
@@ -451,6 +584,8 @@ def not_needed(workload: Workload, target: Target) -> str | None:
         return "its GPUs have no MIG"
     if workload.role == "mps-control-daemon" and not target.mps:
         return "its GPUs are not shared with MPS"
+    if workload.role == "gfd" and target.advertiser == "none":
+        return "its advertiser is none: no pod is scheduled on the GPU labels GPU Feature Discovery sets"
     return None
 
 
@@ -500,11 +635,36 @@ def coverage(loads: list[Workload], targets: list[Target], labels: Mapping[str, 
     return out
 
 
+def unadvertised(chart: str, loads: list[Workload], targets: list[Target]) -> list[Coverage]:
+    """The advertiser each container GPU target needs (device plugin, DRA kubelet plugin) where ``chart``'s render
+    deploys none at all (a GPUCluster has no device plugin, a ClusterPolicy or the device plugin chart no DRA driver):
+    each a DaemonSet that runs nowhere and misses those targets."""
+    roles = {w.role for w in loads}
+    needs = {
+        "device-plugin": ("device-plugin", "nvidia-device-plugin"),
+        "dra": ("dra-kubelet-plugin", DRA_KUBELET_PLUGIN),
+    }
+    out = []
+    for advertiser, (role, name) in needs.items():
+        hosts = [t.name for t in targets if t.gpu and t.workload == CONTAINER_WORKLOAD and t.advertiser == advertiser]
+        if not hosts or role in roles:
+            continue
+        if advertiser == "device-plugin":
+            why = "the chart renders a GPUCluster, which deploys no device plugin (a ClusterPolicy does)"
+        elif chart == GPU_OPERATOR_CHART:
+            why = "the chart renders no GPUCluster (gpuCluster.deployCR), whose operator deploys the DRA driver"
+        else:
+            why = f"the {chart} chart has no DRA driver: DRA pools and host groups need the {GPU_OPERATOR_CHART} chart"
+        out.append(Coverage(chart, "DaemonSet", name, (), tuple(Miss(h, why, intended=False) for h in hosts)))
+    return out
+
+
 def undeployed(chart: str, loads: list[Workload], targets: list[Target]) -> list[Coverage]:
     """The operands the stack's GPU VM hosts need that ``chart``'s render does not deploy at all (sandbox workloads
-    off, an operand off, or a chart without them): each a DaemonSet that runs nowhere and misses those hosts."""
+    off, an operand off, or a chart without them): each a DaemonSet that runs nowhere and misses those hosts; and
+    the advertiser GPU targets need that it does not deploy (:func:`unadvertised`)."""
     deployed = {w.name for w in loads}
-    out = []
+    out = unadvertised(chart, loads, targets)
     for op in OPERANDS:
         hosts = [t.name for t in targets if t.gpu and t.workload in op.workloads]
         if not op.needed or op.daemonset in deployed or not hosts:
@@ -546,27 +706,79 @@ class RenderedChart:
 
 
 @dataclass(frozen=True)
+class GeneratedFile:
+    """Objects gpufleet generates beside the charts (DRA: docs/kubernetes.md), written as one YAML file."""
+
+    name: str  # what it holds: dra (claim templates, ComputeDomains), device-classes, kueue
+    file: str
+    header: str  # the comment at the top of the file: what it is and how to use it
+    objects: list[dict[str, Any]]
+
+    def kinds(self) -> dict[str, int]:
+        return dict(sorted(Counter(str(o.get("kind")) for o in self.objects).items()))
+
+    def text(self) -> str:
+        from gpufleet.mig.outputs import dump_yaml
+
+        comment = "".join(f"# {line}\n".replace("# \n", "#\n") for line in self.header.splitlines())
+        return comment + "---\n".join(dump_yaml(o) for o in self.objects)
+
+
+def generated_files(dra: DraPlan | None) -> list[GeneratedFile]:
+    """The files of a stack's DRA objects (none without DRA targets)."""
+    if dra is None:
+        return []
+    targets = ", ".join(dra.targets)
+    return [
+        GeneratedFile(
+            "dra",
+            "gpufleet-dra.yaml",
+            f"ResourceClaimTemplates for the GPUs of {targets}, and a ComputeDomain example per pool whose NVLink\n"
+            "spans nodes. Namespaced objects without a namespace: apply them into each namespace whose pods claim\n"
+            "GPUs, e.g. kubectl apply -n team-a -f gpufleet-dra.yaml (docs/kubernetes.md).",
+            dra.objects(),
+        ),
+        GeneratedFile(
+            "device-classes",
+            "dra-deviceclasses.yaml",
+            "The DeviceClasses the GPU Operator's GPUCluster installs, for reference: do not apply (the operator\n"
+            "owns them). Each claim template names one.",
+            dra.device_class_objects(),
+        ),
+        GeneratedFile(
+            "kueue",
+            "kueue-device-class-mappings.yaml",
+            "Kueue: merge resources.deviceClassMappings into your Kueue Configuration (controller_manager_config.yaml\n"
+            "of the kueue-manager-config ConfigMap), then cover these resource names in your ClusterQueues.",
+            [dra.kueue_configuration()],
+        ),
+    ]
+
+
+@dataclass(frozen=True)
 class Render:
     stack: str
     charts: list[RenderedChart]
     targets: list[Target]
     labels: dict[str, dict[str, str]]  # the targets' labels once the GPU software has run
     coverage: list[Coverage] = field(default_factory=list)
+    generated: list[GeneratedFile] = field(default_factory=list)  # gpufleet's own objects (DRA)
 
     @property
     def problems(self) -> list[str]:
         return [p for c in self.coverage for p in c.problems]
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract: ``{stack, charts:[{name, version, file, objects}], daemonsets:[{chart, name, runs_on,
-        misses:[{target, why, intended}], unwanted:[{target, why}]}], deployments:[{chart, name, runs_on}],
-        nodes:[...]}``."""
+        """The JSON contract: ``{stack, charts:[{name, version, file, objects}], generated:[{name, file, objects}],
+        daemonsets:[{chart, name, runs_on, misses:[{target, why, intended}], unwanted:[{target, why}]}],
+        deployments:[{chart, name, runs_on}], nodes:[...]}``."""
         return {
             "stack": self.stack,
             "charts": [
                 {"name": c.release.chart, "version": c.release.version, "file": c.file, "objects": c.kinds()}
                 for c in self.charts
             ],
+            "generated": [{"name": g.name, "file": g.file, "objects": g.kinds()} for g in self.generated],
             "daemonsets": [
                 {
                     "chart": c.chart,
@@ -629,12 +841,16 @@ def render(
     chart_name = wanted[0].chart if wanted else baremetal_chart
     targets = stack_targets(plan, chart_name)
     labels, placed = place(rendered, targets)
-    return Render(plan.stack, rendered, targets, labels, placed)
+    from gpufleet.catalog import load_catalog
+
+    generated = generated_files(dra_plan(plan, load_catalog()))
+    return Render(plan.stack, rendered, targets, labels, placed, generated)
 
 
 def write(result: Render, out: Path) -> list[Path]:
-    """Write one YAML per chart, ``nodes.yaml`` and ``summary.json`` into ``out`` (created; its parent must exist),
-    all at once: the files are written beside it first, so a failure leaves no partial directory."""
+    """Write one YAML per chart, gpufleet's generated files (DRA), ``nodes.yaml`` and ``summary.json`` into ``out``
+    (created; its parent must exist), all at once: the files are written beside it first, so a failure leaves no
+    partial directory."""
     from gpufleet.mig.outputs import dump_yaml
 
     parent = out.resolve().parent
@@ -643,6 +859,7 @@ def write(result: Render, out: Path) -> list[Path]:
     if out.exists() and not out.is_dir():
         raise ChartError(f"cannot write to {out}: it is not a directory")
     files = {c.file: c.manifest for c in result.charts}
+    files |= {g.file: g.text() for g in result.generated}
     files["nodes.yaml"] = dump_yaml({"nodes": result.nodes()})
     files["summary.json"] = json.dumps(result.to_dict(), indent=2) + "\n"
     try:

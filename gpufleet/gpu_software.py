@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from gpufleet.labels import (
+    DEPLOY_DEVICE_PLUGIN_LABEL,
     DEVICE_PLUGIN_CONFIG_LABEL,
+    DRA_OPERAND_LABELS,
     GPU_PRESENT_LABEL,
     GPU_WORKLOAD_CONFIG_LABEL,
     MIG_CONFIG_LABEL,
@@ -36,8 +38,8 @@ from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG, cluster_strateg
 
 if TYPE_CHECKING:
     from gpufleet.plan.model import HostGroupPlan, PoolPlan
+    from gpufleet.spec.models import Advertiser, Vgpu, Virtualization
     from gpufleet.spec.models import GpuSoftware as GpuSoftwareSettings
-    from gpufleet.spec.models import Vgpu, Virtualization
 
 # The GPU Operator's daemonsets are privileged (driver, toolkit, device plugin, MIG manager, DCGM): Pod Security
 # admission must let them run in its namespace.
@@ -54,6 +56,13 @@ GpuWorkload = Literal["container", "vm-passthrough", "vm-vgpu"]
 CONTAINER_WORKLOAD: GpuWorkload = "container"
 # gpufleet's VMs are KubeVirt's (sandboxWorkloads.mode; the other mode, kata, runs containers in VMs)
 SANDBOX_MODE = "kubevirt"
+
+# How the GPU Operator is configured: a ClusterPolicy (the device plugin stack) or a GPUCluster (the DRA stack); the
+# v26.7.0 chart renders one of them (clusterPolicy.deployCR / gpuCluster.deployCR, and fails with both). gpufleet
+# derives it from the advertisers (docs/architecture.md, Decisions).
+OperatorCr = Literal["ClusterPolicy", "GPUCluster"]
+CLUSTER_POLICY: OperatorCr = "ClusterPolicy"
+GPU_CLUSTER: OperatorCr = "GPUCluster"
 
 MIG_CONFIGMAP = "gpufleet-mig-parted-config"
 DEVICE_PLUGIN_CONFIGMAP = "gpufleet-device-plugin-config"
@@ -88,6 +97,29 @@ class SandboxWorkloads:
     vgpu: Vgpu | None = None
 
 
+@dataclass(frozen=True)
+class DraDriver:
+    """The NVIDIA DRA driver a GPUCluster deploys: its image tag (None: the chart's, draDriver.version), and whether
+    its ComputeDomain half runs (multi-node NVLink: a DRA pool or host group whose GPUs' NVLink domain spans nodes)."""
+
+    version: str | None
+    compute_domains: bool
+
+
+def operator_cr(advertisers: Iterable[str]) -> OperatorCr:
+    """The GPU Operator's custom resource for GPU nodes with these advertisers: a GPUCluster where one is ``dra``
+    (the spec's rules keep device-plugin nodes out of such a cluster), else a ClusterPolicy."""
+    return GPU_CLUSTER if "dra" in set(advertisers) else CLUSTER_POLICY
+
+
+def dra_driver_version(pins: Mapping[str, Any]) -> str | None:
+    """The DRA driver image tag of the stack's release pin ``dra_driver`` (``v0.5.0``: the image's tags carry the
+    ``v``), None without one (the chart's default, draDriver.version v0.5.0 in v26.7.0)."""
+    # TODO(issue 24, item 1): read release.dra_driver as a typed field once the Release model has it.
+    pin = pins.get("dra_driver")
+    return f"v{str(pin).removeprefix('v')}" if pin else None
+
+
 def gpu_workload(virtualization: Virtualization | None) -> GpuWorkload:
     """The GPU Operator's workload config of a GPU host group's nodes: ``vm-passthrough`` or ``vm-vgpu`` where its
     virtualization gives VMs GPUs (``device: gpu``), ``container`` otherwise."""
@@ -112,6 +144,9 @@ class GpuSoftware:
     mig_with_reboot: bool = False  # cloud VMs need a reboot to change MIG mode
     monitoring: bool = False  # a Prometheus operator scrapes DCGM exporter (ServiceMonitor)
     sandbox: SandboxWorkloads | None = None  # GPU VM host groups (bare metal); None: every GPU node runs containers
+    operator_cr: OperatorCr = CLUSTER_POLICY  # the GPU Operator's custom resource (GPUCluster: the DRA stack)
+    dra: DraDriver | None = None  # the DRA driver of a GPUCluster
+    unadvertised: bool = False  # some GPU nodes have advertiser none: the standalone device plugin stays off them
 
 
 def toleration(taint: str) -> dict[str, str]:
@@ -165,13 +200,13 @@ def _mig_configmap_data(config: dict[str, Any]) -> dict[str, str]:
 
 
 def operator_values(software: GpuSoftware) -> dict[str, Any]:
-    """Values for the GPU Operator chart (``nvidia/gpu-operator``)."""
+    """Values for the GPU Operator chart (``nvidia/gpu-operator``): its ClusterPolicy, or its GPUCluster."""
     gpu_tolerations = tolerations(software.taints)
     values: dict[str, Any] = {
         "operator": {"tolerations": _controller_tolerations(software)},
         "driver": {"enabled": not software.driver_preinstalled},
         "toolkit": {"enabled": not software.toolkit_preinstalled},
-        # the operands (driver, toolkit, device plugin, GFD, DCGM exporter, MIG manager, validator)
+        # the operands (driver, toolkit, device plugin, GFD, DCGM exporter, MIG manager, validator; the DRA driver)
         "daemonsets": {"tolerations": gpu_tolerations},
         # NFD's worker must run on every GPU node: the operator deploys its operands only where NFD found an NVIDIA
         # PCI device (feature.node.kubernetes.io/pci-10de.present); daemonsets.tolerations does not reach it
@@ -180,6 +215,39 @@ def operator_values(software: GpuSoftware) -> dict[str, Any]:
             "master": {"tolerations": _controller_tolerations(software)},
             "gc": {"tolerations": _controller_tolerations(software)},
         },
+        "dcgmExporter": {"serviceMonitor": {"enabled": software.monitoring}},
+    }
+    if software.operator_cr == GPU_CLUSTER:
+        return values | gpu_cluster_values(software)
+    return values | cluster_policy_values(software)
+
+
+def gpu_cluster_values(software: GpuSoftware) -> dict[str, Any]:
+    """The GPUCluster instead of the ClusterPolicy (the chart renders one: it fails with both), with the DRA driver's
+    version and its ComputeDomain half only where NVLink spans nodes (the chart's default turns it on). A GPUCluster
+    deploys the DRA driver, DCGM and its exporter, never the device plugin, GFD or the MIG manager: those are off, and
+    their ConfigMaps are not created. An operator-installed driver comes from the NVIDIADriver CR, which the chart
+    requires with a GPUCluster (templates/validations.yaml: "the NVIDIADriver CRD must be enabled")."""
+    dra = software.dra or DraDriver(version=None, compute_domains=False)
+    dra_values: dict[str, Any] = {"computeDomains": {"enabled": dra.compute_domains}}
+    if dra.version is not None:
+        dra_values["version"] = dra.version
+    values: dict[str, Any] = {
+        "clusterPolicy": {"deployCR": False},
+        "gpuCluster": {"deployCR": True},
+        "draDriver": dra_values,
+        "devicePlugin": {"enabled": False},
+        "gfd": {"enabled": False},
+        "migManager": {"enabled": False},
+    }
+    if not software.driver_preinstalled:
+        values["driver"] = {"enabled": True, "nvidiaDriverCRD": {"enabled": True}}
+    return values
+
+
+def cluster_policy_values(software: GpuSoftware) -> dict[str, Any]:
+    """The ClusterPolicy's device plugin (its named configs), MIG strategy and manager, and sandbox workloads."""
+    values: dict[str, Any] = {
         "devicePlugin": {
             "config": {
                 "create": True,
@@ -188,7 +256,6 @@ def operator_values(software: GpuSoftware) -> dict[str, Any]:
                 "data": device_plugin_configs(software),
             }
         },
-        "dcgmExporter": {"serviceMonitor": {"enabled": software.monitoring}},
     }
     if software.mig_strategy is not None:
         values["mig"] = {"strategy": software.mig_strategy}
@@ -240,6 +307,8 @@ def device_plugin_values(software: GpuSoftware) -> dict[str, Any]:
         "config": {"map": device_plugin_configs(software), "default": DEFAULT_DEVICE_PLUGIN_CONFIG},
         "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}, *tolerations(software.taints)],
     }
+    if software.unadvertised:
+        values["affinity"] = device_plugin_affinity()
     if any(sharing.mode == "mps" for sharing in software.sharing):
         # The chart's MPS control daemon runs only where GPU Feature Discovery labelled nvidia.com/mps.capable=true
         # (a node whose config shares GPUs with MPS); GFD, and the NFD it brings, are off in this chart by default.
@@ -253,36 +322,73 @@ def device_plugin_values(software: GpuSoftware) -> dict[str, Any]:
     return values
 
 
+# The standalone device plugin chart's own node affinity (k8s-device-plugin v0.20.0 values.yaml, affinity: a node NFD
+# found an NVIDIA PCI device on, a Tegra node, or one labelled nvidia.com/gpu.present=true); a values affinity
+# replaces it, so gpufleet writes it out whole.
+DEVICE_PLUGIN_NODE_TERMS = (
+    ("feature.node.kubernetes.io/pci-10de.present", "true"),
+    ("feature.node.kubernetes.io/cpu-model.vendor_id", "NVIDIA"),
+    (GPU_PRESENT_LABEL, "true"),
+)
+
+
+def device_plugin_affinity() -> dict[str, Any]:
+    """The chart's node affinity with each term also requiring that the node is not of advertiser none (its
+    ``nvidia.com/gpu.deploy.device-plugin`` label, the GPU Operator's off switch, is not ``false``): the nodes of a
+    cluster whose pools are partly unadvertised."""
+    off = {"key": DEPLOY_DEVICE_PLUGIN_LABEL, "operator": "NotIn", "values": ["false"]}
+    terms = [
+        {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}, dict(off)]}
+        for key, value in DEVICE_PLUGIN_NODE_TERMS
+    ]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
 def for_baremetal(
     host_groups: Iterable[HostGroupPlan],
     mig_parted_config: dict[str, Any] | None,
     *,
     driver_preinstalled: bool = True,
     toolkit_preinstalled: bool = True,
+    dra_version: str | None = None,
 ) -> GpuSoftware:
     """Bare-metal Kubernetes: the nvidia_driver and nvidia_container_toolkit roles install driver and toolkit on
     the hosts (pass False for a cluster where the operator should); MIG layouts come from the host groups, and so do
-    the sandbox workloads (host groups whose GPUs go to VMs)."""
+    the sandbox workloads (host groups whose GPUs go to VMs) and the advertisers (a GPUCluster with the DRA driver
+    of ``dra_version`` where one is dra)."""
     groups = list(host_groups)
     vms = [g for g in groups if g.gpu_workload not in (None, CONTAINER_WORKLOAD)]
     sandbox = None
     if vms:
         vgpu = next((g.vgpu for g in vms if g.vgpu is not None), None)
         sandbox = SandboxWorkloads(passthrough=any(g.gpu_workload == "vm-passthrough" for g in vms), vgpu=vgpu)
+    gpu_groups = [(g.advertiser, g.nvlink_multi_node) for g in groups if g.gpu_model is not None]
     return GpuSoftware(
         driver_preinstalled=driver_preinstalled,
         toolkit_preinstalled=toolkit_preinstalled,
         mig_strategy=cluster_strategy(g.mig.strategy for g in groups if g.mig and g.mig.strategy),
         mig_parted_config=mig_parted_config,
         sandbox=sandbox,
+        **_advertising(gpu_groups, dra_version),
     )
 
 
-def cluster_chart(driver_by_operator: bool, mig_by_operator: bool) -> str:
+def _advertising(targets: Sequence[tuple[Advertiser, bool]], dra_version: str | None) -> dict[str, Any]:
+    """The GpuSoftware fields the GPU targets' advertisers decide (``targets``: each one's advertiser and whether
+    its NVLink domain spans nodes): the operator's custom resource, its DRA driver, unadvertised nodes."""
+    cr = operator_cr(a for a, _ in targets)
+    dra = None
+    if cr == GPU_CLUSTER:
+        dra = DraDriver(version=dra_version, compute_domains=any(a == "dra" and multi for a, multi in targets))
+    return {"operator_cr": cr, "dra": dra, "unadvertised": any(a == "none" for a, _ in targets)}
+
+
+def cluster_chart(driver_by_operator: bool, mig_by_operator: bool, dra: bool = False) -> str:
     """The chart an AKS cluster's GPU software comes from: the GPU Operator when a pool leaves it the driver
-    (``driver: operator``, AKS ``gpuProfile.driver: None``) or a MIG layout (``mig.managed_by: operator``);
-    otherwise AKS installs driver and toolkit on every pool and the device plugin alone is enough."""
-    return GPU_OPERATOR_CHART if driver_by_operator or mig_by_operator else DEVICE_PLUGIN_CHART
+    (``driver: operator``, AKS ``gpuProfile.driver: None``), a MIG layout (``mig.managed_by: operator``) or its
+    GPUs to the DRA driver (``advertiser: dra``: its GPUCluster deploys it); otherwise AKS installs driver and toolkit
+    on every pool and the device plugin alone is enough."""
+    return GPU_OPERATOR_CHART if driver_by_operator or mig_by_operator or dra else DEVICE_PLUGIN_CHART
 
 
 def for_aks(
@@ -291,6 +397,7 @@ def for_aks(
     mig_parted_config: dict[str, Any] | None,
     *,
     monitoring: bool = False,
+    dra_version: str | None = None,
 ) -> GpuSoftware:
     """An AKS cluster: the operator's driver (and toolkit) daemonsets run only when a pool's AKS driver is
     ``None``; on the other pools of such a cluster the ``nvidia.com/gpu.deploy.driver=false`` label keeps them off
@@ -315,6 +422,7 @@ def for_aks(
         system_taints=tuple(system_taints),
         mig_with_reboot=True,
         monitoring=monitoring,
+        **_advertising([(p.advertiser, p.nvlink_multi_node) for p in pools], dra_version),
     )
 
 
@@ -332,6 +440,17 @@ NODE_LABELS = {
     GPU_OPERATOR_CHART: (MIG_CONFIG_LABEL, DEVICE_PLUGIN_CONFIG_LABEL, GPU_WORKLOAD_CONFIG_LABEL, VGPU_CONFIG_LABEL),
     DEVICE_PLUGIN_CHART: (GPU_PRESENT_LABEL, DEVICE_PLUGIN_CONFIG_LABEL),
 }
+# The labels that keep an advertiser off a node of advertiser none, "false" (gpufleet.labels): under a ClusterPolicy
+# the operator's device plugin, under a GPUCluster its DRA operands, with the standalone chart gpufleet's affinity
+# (device_plugin_affinity). gpufleet sets them there and nowhere else, and does not remove them elsewhere: on the
+# other nodes the operator writes the same keys ("true"), and taking them away would make it deploy and delete the
+# operand by turns. A node that leaves advertiser none loses them by hand (docs/kubernetes.md).
+OFF_SWITCHES: dict[tuple[str, OperatorCr], tuple[str, ...]] = {
+    (GPU_OPERATOR_CHART, CLUSTER_POLICY): (DEPLOY_DEVICE_PLUGIN_LABEL,),
+    (GPU_OPERATOR_CHART, GPU_CLUSTER): DRA_OPERAND_LABELS,
+    (DEVICE_PLUGIN_CHART, CLUSTER_POLICY): (DEPLOY_DEVICE_PLUGIN_LABEL,),
+}
+OFF_SWITCH_LABELS = frozenset(label for labels in OFF_SWITCHES.values() for label in labels)
 
 
 def _chart(chart: str) -> str:
@@ -354,32 +473,40 @@ def software_labels(
     device_plugin_config: str | None,
     workload: GpuWorkload = CONTAINER_WORKLOAD,
     vgpu_config: str | None = None,
+    advertiser: Advertiser = "device-plugin",
+    operator_cr: OperatorCr = CLUSTER_POLICY,
 ) -> dict[str, str]:
     """The labels of a GPU node that ``chart``'s software reads, gpufleet's only source of them (AKS pools and
-    bare-metal host groups alike): ``nvidia.com/mig.config`` (the GPU Operator's MIG manager applies that layout),
-    ``nvidia.com/device-plugin.config`` (the named device-plugin config), ``nvidia.com/gpu.present=true`` (the
-    standalone device plugin's daemonset runs only there). A node whose GPUs go to VMs (``workload`` other than
-    container) gets instead ``nvidia.com/gpu.workload.config`` (the GPU Operator deploys its sandbox operands there
-    and none of its container ones) and ``nvidia.com/vgpu.config`` (``vgpu_config``, the vGPU device manager's
-    config); the standalone device plugin, which serves containers, stays off it. A None leaves its label off."""
+    bare-metal host groups alike): ``nvidia.com/mig.config`` (the GPU Operator's MIG manager applies that layout; a
+    GPUCluster has none), ``nvidia.com/device-plugin.config`` (the named device-plugin config),
+    ``nvidia.com/gpu.present=true`` (the standalone device plugin's daemonset runs only there). A node whose GPUs go to
+    VMs (``workload`` other than container) gets instead ``nvidia.com/gpu.workload.config`` (the GPU Operator deploys
+    its sandbox operands there and none of its container ones) and ``nvidia.com/vgpu.config`` (``vgpu_config``, the
+    vGPU device manager's config); the standalone device plugin, which serves containers, stays off it. A node of
+    advertiser none gets the advertiser's off switches (:data:`OFF_SWITCHES`) instead of the device plugin's labels.
+    A None leaves its label off."""
     labels: dict[str, str] = {}
-    if workload == CONTAINER_WORKLOAD:
-        labels[GPU_PRESENT_LABEL] = "true"
-        if mig_config is not None:
-            labels[MIG_CONFIG_LABEL] = mig_config
-        if device_plugin_config is not None:
-            labels[DEVICE_PLUGIN_CONFIG_LABEL] = device_plugin_config
-    else:
+    if workload != CONTAINER_WORKLOAD:
         labels[GPU_WORKLOAD_CONFIG_LABEL] = workload
         if vgpu_config is not None:
             labels[VGPU_CONFIG_LABEL] = vgpu_config
-    wanted = NODE_LABELS[_chart(chart)]
+    elif advertiser == "none":
+        labels |= dict.fromkeys(OFF_SWITCHES[(_chart(chart), operator_cr)], "false")
+    elif advertiser == "device-plugin":
+        labels[GPU_PRESENT_LABEL] = "true"
+        if device_plugin_config is not None:
+            labels[DEVICE_PLUGIN_CONFIG_LABEL] = device_plugin_config
+    if workload == CONTAINER_WORKLOAD and mig_config is not None and operator_cr == CLUSTER_POLICY:
+        labels[MIG_CONFIG_LABEL] = mig_config
+    wanted = {*NODE_LABELS[_chart(chart)], *OFF_SWITCH_LABELS}
     return {k: v for k, v in labels.items() if k in wanted}
 
 
 def label_patch(chart: str, labels: Mapping[str, str]) -> dict[str, str | None]:
-    """A merge patch of the labels gpufleet owns for ``chart``: those that do not apply map to None (removed)."""
-    return {key: labels.get(key) for key in NODE_LABELS[_chart(chart)]}
+    """A merge patch of the labels gpufleet owns for ``chart``: those that do not apply map to None (removed); a
+    node's off switches (:data:`OFF_SWITCHES`) are set, never removed."""
+    patch: dict[str, str | None] = {key: labels.get(key) for key in NODE_LABELS[_chart(chart)]}
+    return patch | {key: value for key, value in labels.items() if key in OFF_SWITCH_LABELS}
 
 
 # -- the release a stack installs ------------------------------------------------------------------------------

@@ -26,3 +26,17 @@ GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 GPU_WORKLOAD_CONFIG_LABEL = "nvidia.com/gpu.workload.config"
 # The vGPU device manager's named config for a vm-vgpu node (an entry of its ConfigMap; "default" when absent).
 VGPU_CONFIG_LABEL = "nvidia.com/vgpu.config"
+# Advertiser none (docs/kubernetes.md): the GPU Operator adds nvidia.com/gpu.deploy.<operand>=true to a GPU node only
+# where the label is unset, so "false" keeps that operand off the node (gpu-operator v26.7.0 controllers/
+# state_manager.go, gpuStateLabels; controllers/nodelabeling_controller.go updateGPUClusterStateLabels). Under a
+# ClusterPolicy the device plugin's label; under a GPUCluster the DRA driver's kubelet plugin's and those of the
+# operands that reach the GPUs through a DRA admin claim (its validator, DCGM, DCGM exporter: manifests/
+# state-dra-validation, state-dcgm, state-dcgm-exporter), which would wait forever for a device on a node without one.
+DEPLOY_DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+DEPLOY_DRA_DRIVER_LABEL = "nvidia.com/gpu.deploy.dra-driver"
+DRA_OPERAND_LABELS = (
+    DEPLOY_DRA_DRIVER_LABEL,
+    "nvidia.com/gpu.deploy.dra-validator",
+    "nvidia.com/gpu.deploy.dcgm-dra",
+    "nvidia.com/gpu.deploy.dcgm-exporter-dra",
+)

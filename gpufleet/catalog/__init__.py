@@ -112,6 +112,11 @@ class Gpu(_Frozen):
         " GPU Operator's sandbox device plugin names its resources from it; None: not in that database); a mapping"
         " in the YAML, pairs here so that the entry stays hashable",
     )
+    product_names: tuple[str, ...] = Field(
+        default=(),
+        description="the model's names as nvidia-smi (NVML) prints them, and as the NVIDIA DRA driver publishes them"
+        " (productName); empty where none is published",
+    )
     aliases: tuple[str, ...] = ()
     form_factor: str | None = None
     nvswitch_platforms: tuple[str, ...] = ()
@@ -297,7 +302,7 @@ class Catalog(_Frozen):
         for gpu in self.gpus:
             if gpu.architecture not in arch_names:
                 raise ValueError(f"{gpu.name}: unknown architecture {gpu.architecture!r}")
-            for ident in (gpu.name, *gpu.aliases, *gpu.pci_ids):
+            for ident in (gpu.name, *gpu.product_names, *gpu.aliases, *gpu.pci_ids):
                 key = ident.lower()
                 if key in seen and seen[key] != gpu.name:
                     raise ValueError(f"identifier {ident!r} names both {seen[key]} and {gpu.name}")
@@ -337,7 +342,7 @@ class Catalog(_Frozen):
     def _gpu_index(self) -> dict[str, Gpu]:
         index: dict[str, Gpu] = {}
         for gpu in self.gpus:
-            for ident in (gpu.name, *gpu.aliases, *gpu.pci_ids):
+            for ident in (gpu.name, *gpu.product_names, *gpu.aliases, *gpu.pci_ids):
                 index[ident.lower()] = gpu
         return index
 
@@ -404,7 +409,7 @@ class Catalog(_Frozen):
             return f"did you mean {family[0].name!r}?"
         vendor = query_vendor(identifier)
         pool = [g for g in self.gpus if vendor is None or g.vendor == vendor]
-        by_ident = {ident.lower(): g.name for g in pool for ident in (g.name, *g.aliases)}
+        by_ident = {ident.lower(): g.name for g in pool for ident in (g.name, *g.product_names, *g.aliases)}
         close = suggest(identifier.strip(), by_ident, n=1)
         names = sorted(g.name for g in pool)
         shown = ", ".join(names[:30]) + (f", … ({len(names) - 30} more)" if len(names) > 30 else "")

@@ -65,6 +65,7 @@ def _gpu_dict(gpu: Gpu) -> dict[str, Any]:
         "memory_bandwidth_gbs": gpu.memory_bandwidth_gbs,
         "nvlink_gbs": gpu.nvlink_gbs,
         "pci_ids": list(gpu.pci_ids),
+        "product_names": list(gpu.product_names),
         "aliases": list(gpu.aliases),
         "mig": gpu.mig_capable,
         "mig_profiles": len(gpu.mig.profiles) if gpu.mig is not None else 0,
@@ -192,7 +193,7 @@ def catalog_gpus(
             f"{g.memory_bandwidth_gbs:g}" if g.memory_bandwidth_gbs else "-",
             f"{g.nvlink_gbs:g}" if g.nvlink_gbs else "-",
             ", ".join(g.pci_ids),
-            shown(", ".join(g.aliases)) or "-",
+            shown(", ".join((*g.product_names, *g.aliases))) or "-",
             f"yes ({len(g.mig.profiles)} profiles)" if g.mig is not None else "no",
         )
     print_table(table)

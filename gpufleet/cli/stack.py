@@ -96,7 +96,9 @@ def render(
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", help="Write <chart>.yaml, nodes.yaml and summary.json here (created; parent must exist)."
+            "--output",
+            "-o",
+            help="Write <chart>.yaml, the DRA objects, nodes.yaml and summary.json here (created; parent must exist).",
         ),
     ] = None,
     chart: Annotated[
@@ -163,6 +165,9 @@ def _render_summary(result: Any, written: list[Path]) -> None:
         out.print(
             f"[bold]{shown(c.release.chart)} {shown(c.release.version)}[/bold]: {len(c.objects)} objects ({kinds})"
         )
+    for g in result.generated:
+        kinds = ", ".join(f"{n} {k}" for k, n in g.kinds().items())
+        out.print(f"[bold]{shown(g.file)}[/bold] (gpufleet): {shown(kinds)}")
     for cov in result.coverage:
         runs = ", ".join(cov.runs_on) or "nothing"
         style = "red" if cov.kind == "Deployment" and not cov.runs_on else "bold"
@@ -195,6 +200,9 @@ def _render_plan(result: StackPlan, costs: StackCost) -> None:
         if (system_cost := costs.pool(sp.name)) is not None:
             out.print(f"  system pool {pool_cost_line(system_cost, costs)}")
         _render_baseline(result)
+        release = c.gpu_software
+        cr = f" with a {c.operator_cr}" if c.operator_cr else ""
+        out.print(f"  GPU software: {release.chart} {release.version}{cr}, namespace {shown(release.namespace)}")
         for p in result.pools:
             gpus = f"{p.gpu_partition} of a" if p.gpu_partition else f"{p.gpus_per_node} x"
             ib = ", InfiniBand" if p.infiniband else ""
@@ -218,6 +226,8 @@ def _render_plan(result: StackPlan, costs: StackCost) -> None:
                 out.print(f"    MIG ({p.mig.managed_by}-managed, {tag}): {inst} per node")
             if p.sharing.mode != "none":
                 out.print(f"    sharing {p.sharing.mode}, {p.sharing.replicas} pods per GPU")
+            if p.advertiser != "device-plugin":
+                out.print(f"    advertiser {p.advertiser}" + (", NVLink across nodes" if p.nvlink_multi_node else ""))
             out.print("    labels " + ", ".join(f"{k}={v}" for k, v in p.labels.items()), markup=False)
             out.print("    taints " + (", ".join(p.taints) or "none"), markup=False)
             upgrade = p.upgrade.model_dump(exclude_none=True)
@@ -238,6 +248,8 @@ def _render_plan(result: StackPlan, costs: StackCost) -> None:
                 inst = g.mig.instances_per_node
                 detail = ": " + ", ".join(f"{k} x {prof}" for prof, k in inst.items()) + " per host" if inst else ""
                 out.print(f"    MIG {g.mig.config_name}{detail}")
+            if g.advertiser != "device-plugin":
+                out.print(f"    advertiser {g.advertiser} (GPU Operator: a {bm.operator_cr})")
             if g.gpu_workload not in (None, "container"):
                 vgpu = f", vGPU config {g.vgpu.device_config or 'default'}" if g.vgpu else ""
                 out.print(f"    GPUs for VMs: GPU Operator workload {g.gpu_workload}{shown(vgpu)}")

@@ -21,14 +21,19 @@ from gpufleet.baseline import (
 from gpufleet.catalog import Catalog, Gpu, VmSize
 from gpufleet.gpu_software import (
     CHART_PINS,
+    CLUSTER_POLICY,
     DEFAULT_DEVICE_PLUGIN_CONFIG,
+    GPU_OPERATOR_CHART,
     ChartRelease,
     GpuWorkload,
+    OperatorCr,
     chart_release,
     cluster_chart,
+    dra_driver_version,
     for_aks,
     for_baremetal,
     gpu_workload,
+    operator_cr,
     software_labels,
 )
 from gpufleet.labels import AKS_SPOT_LABEL, AKS_SPOT_TAINT, DEPLOY_DRIVER_LABEL, GPU_MODEL_LABEL, POOL_LABEL
@@ -107,7 +112,14 @@ def mig_plan(
         instances_per_node=node.instances,
         strategy=node.strategy,
         resources=node.resources,
+        profiles=layout_profiles(layout),
+        whole_gpus=gpus - sum(gpus if g.gpus == "all" else len(g.gpus) for g in layout.devices),
     )
+
+
+def layout_profiles(layout: MigLayout) -> tuple[str, ...]:
+    """The MIG profiles of a layout, in the order it names them first."""
+    return tuple(dict.fromkeys(p for group in layout.devices for p in group.profiles))
 
 
 def pool_mig(pool: GpuPool, gpu: Gpu, gpus: int) -> MigPlan | None:
@@ -121,15 +133,36 @@ def pool_mig(pool: GpuPool, gpu: Gpu, gpus: int) -> MigPlan | None:
     return None
 
 
+def nvlink_multi_node(gpu: Gpu, gpus_per_node: int | None) -> bool:
+    """Whether NVLink joins a node's GPUs to other nodes' (multi-node NVLink, the DRA driver's ComputeDomains): the
+    catalog's NVLink domain of the model is switched (an NVSwitch platform, not a bridge inside one server) and larger
+    than a node's GPUs (GB200 NVL72: 72 GPUs, 4 per node). A node whose GPU count is unknown counts as one GPU."""
+    domain = gpu.nvlink_domain_gpus or 0
+    return bool(gpu.nvswitch_platforms) and domain > (gpus_per_node or 1)
+
+
 def pool_labels(
-    pool: GpuPool, gpu: Gpu, chart: str, sharing: SharingPlan, *, operator_driver_in_cluster: bool
+    pool: GpuPool,
+    gpu: Gpu,
+    chart: str,
+    sharing: SharingPlan,
+    *,
+    operator_driver_in_cluster: bool,
+    cr: OperatorCr = CLUSTER_POLICY,
 ) -> dict[str, str]:
     """The node labels a pool carries: the stack's own, gpufleet's pool and model labels, the labels ``chart``'s
-    software reads (:func:`gpufleet.gpu_software.software_labels`), the operator's driver opt-out for AKS-driver
-    pools in a cluster where other pools leave the driver to the operator, and AKS's spot label."""
+    software reads (:func:`gpufleet.gpu_software.software_labels`; ``cr``: the operator's custom resource), the
+    operator's driver opt-out for AKS-driver pools in a cluster where other pools leave the driver to the operator,
+    and AKS's spot label."""
     mig_config = pool.mig.config_name if isinstance(pool.mig, OperatorManagedMig) else None
     labels = {POOL_LABEL: pool.name, GPU_MODEL_LABEL: gpu.name, **pool.labels}
-    labels |= software_labels(chart, mig_config=mig_config, device_plugin_config=sharing.config_name)
+    labels |= software_labels(
+        chart,
+        mig_config=mig_config,
+        device_plugin_config=sharing.config_name,
+        advertiser=pool.advertiser,
+        operator_cr=cr,
+    )
     if operator_driver_in_cluster and pool.driver == "aks":
         labels[DEPLOY_DRIVER_LABEL] = "false"
     if pool.spot is not None:
@@ -137,9 +170,18 @@ def pool_labels(
     return labels
 
 
-def pool_plan(stack: Stack, pool: GpuPool, size: VmSize, gpu: Gpu, chart: str, *, operator_driver: bool) -> PoolPlan:
+def pool_plan(
+    stack: Stack,
+    pool: GpuPool,
+    size: VmSize,
+    gpu: Gpu,
+    chart: str,
+    *,
+    operator_driver: bool,
+    cr: OperatorCr = CLUSTER_POLICY,
+) -> PoolPlan:
     """One GPU pool (``chart``: the cluster's; ``operator_driver``: a pool of the cluster leaves the driver to the
-    GPU Operator)."""
+    GPU Operator; ``cr``: the operator's custom resource)."""
     assert stack.aks is not None
     gpus = size.whole_gpus
     autoscaling = pool.autoscaling
@@ -173,7 +215,7 @@ def pool_plan(stack: Stack, pool: GpuPool, size: VmSize, gpu: Gpu, chart: str, *
         driver=pool.driver,
         aks_gpu_driver=pool.aks_gpu_driver,
         taints=(*pool.taints, *([AKS_SPOT_TAINT] if pool.spot else [])),
-        labels=pool_labels(pool, gpu, chart, sharing, operator_driver_in_cluster=operator_driver),
+        labels=pool_labels(pool, gpu, chart, sharing, operator_driver_in_cluster=operator_driver, cr=cr),
         mig=pool_mig(pool, gpu, gpus),
         sharing=sharing,
         upgrade=pool.effective_upgrade,
@@ -181,6 +223,8 @@ def pool_plan(stack: Stack, pool: GpuPool, size: VmSize, gpu: Gpu, chart: str, *
         gpus_total={k: _number(size.gpu_count * getattr(nodes, k)) for k in ("count", "min", "max")},
         tags={"gpufleet-pool": pool.name, "managed-by": "gpufleet"},
         encryption_at_host=stack.aks.cluster.security.encryption_at_host,
+        advertiser=pool.advertiser,
+        nvlink_multi_node=whole and nvlink_multi_node(gpu, gpus),
     )
 
 
@@ -243,16 +287,22 @@ def cluster_plan(
     assert aks is not None
     spec = aks.cluster
     operator_driver = any(p.driver == "operator" for p in aks.gpu_pools)
-    chart = cluster_chart(operator_driver, any(isinstance(p.mig, OperatorManagedMig) for p in aks.gpu_pools))
+    cr = operator_cr(p.advertiser for p in aks.gpu_pools)
+    operator_mig = any(isinstance(p.mig, OperatorManagedMig) for p in aks.gpu_pools)
+    chart = cluster_chart(operator_driver, operator_mig, dra=cr != CLUSTER_POLICY)
     pools = []
     for pool in aks.gpu_pools:
         size = catalog.vm_size(pool.vm_size)
         assert size is not None, "plan_stack needs a validated stack"
-        pools.append(pool_plan(stack, pool, size, catalog.gpu(size.gpu), chart, operator_driver=operator_driver))
+        gpu = catalog.gpu(size.gpu)
+        pools.append(pool_plan(stack, pool, size, gpu, chart, operator_driver=operator_driver, cr=cr))
     # the GPU Operator's migManager.config: one mig-parted config for the cluster
     mig_config = mig_parted_config(layouts) if layouts else None
     system_taints = (SYSTEM_POOL_TAINT,)
-    software = for_aks(pools, system_taints, mig_config, monitoring=aks.gpu_software.monitoring)
+    pins = stack.release.model_dump()
+    software = for_aks(
+        pools, system_taints, mig_config, monitoring=aks.gpu_software.monitoring, dra_version=dra_driver_version(pins)
+    )
     name = cluster_name(stack)
     cluster = ClusterPlan(
         name=name,
@@ -275,14 +325,14 @@ def cluster_plan(
         gpu_chart=chart,
         mig_strategy=cluster_strategy(p.mig.strategy for p in pools if p.mig and p.mig.managed_by == "operator"),
         mig_parted_config=mig_config,
-        gpu_software=chart_release(
-            chart, stack.release.model_dump(), aks.gpu_software, software, aks.gpu_software.namespace
-        ),
+        gpu_software=chart_release(chart, pins, aks.gpu_software, software, aks.gpu_software.namespace),
+        operator_cr=cr if chart == GPU_OPERATOR_CHART else None,
     )
     return cluster, tuple(pools)
 
 
-def host_group_plan(stack: Stack, group: HostGroup, catalog: Catalog) -> HostGroupPlan:
+def host_group_plan(stack: Stack, group: HostGroup, catalog: Catalog, cr: OperatorCr = CLUSTER_POLICY) -> HostGroupPlan:
+    """A host group (``cr``: the custom resource of the stack's GPU Operator release)."""
     gpu = catalog.gpu(group.gpu_model) if group.gpu_model else None
     profile = stack.tuning_profile(group.tuning_profile)
     assert profile is not None, "plan_stack needs a validated stack"
@@ -290,7 +340,13 @@ def host_group_plan(stack: Stack, group: HostGroup, catalog: Catalog) -> HostGro
     if group.mig is not None and group.gpus_per_host:
         mig = mig_plan("host", group.mig, group.gpus_per_host, config_name=group.mig.config_name)
     elif group.mig is not None:
-        mig = MigPlan(managed_by="host", config_name=group.mig.config_name)
+        covers_all = any(g.gpus == "all" for g in group.mig.devices)
+        mig = MigPlan(
+            managed_by="host",
+            config_name=group.mig.config_name,
+            profiles=layout_profiles(group.mig),
+            whole_gpus=0 if covers_all else None,
+        )
     labels: dict[str, dict[str, str]] = {chart: {} for chart in CHART_PINS}
     workload: GpuWorkload | None = None
     vgpu = group.virtualization.vgpu if group.virtualization is not None else None
@@ -308,6 +364,8 @@ def host_group_plan(stack: Stack, group: HostGroup, catalog: Catalog) -> HostGro
                 device_plugin_config=DEFAULT_DEVICE_PLUGIN_CONFIG,
                 workload=workload,
                 vgpu_config=vgpu_config,
+                advertiser=group.advertiser,
+                operator_cr=cr,
             )
             for chart in CHART_PINS
         }
@@ -322,6 +380,8 @@ def host_group_plan(stack: Stack, group: HostGroup, catalog: Catalog) -> HostGro
         node_labels=labels,
         gpu_workload=workload,
         virtualization=group.virtualization,
+        advertiser=group.advertiser,
+        nvlink_multi_node=gpu is not None and nvlink_multi_node(gpu, group.gpus_per_host),
     )
 
 
@@ -337,7 +397,11 @@ def baremetal_releases(
     charts' own repositories, each in the namespace named as the chart (the roles' defaults); driver and toolkit
     come from the host roles unless a flag says otherwise."""
     software = for_baremetal(
-        host_groups, mig_config, driver_preinstalled=driver_preinstalled, toolkit_preinstalled=toolkit_preinstalled
+        host_groups,
+        mig_config,
+        driver_preinstalled=driver_preinstalled,
+        toolkit_preinstalled=toolkit_preinstalled,
+        dra_version=dra_driver_version(pins),
     )
     return {chart: chart_release(chart, pins, GpuSoftware(), software, None) for chart in CHART_PINS}
 
@@ -352,11 +416,18 @@ def baremetal_plan(stack: Stack, host_groups: tuple[HostGroupPlan, ...], layouts
         rollout=bm.rollout,
         mig_parted_config=mig_config,
         releases=baremetal_releases(stack.release.model_dump(), host_groups, mig_config),
+        operator_cr=baremetal_operator_cr(stack),
         engine=bm.engine,
         hosts=tuple(bm.hosts),
         metal3=bm.metal3,
         converge=bm.converge,
     )
+
+
+def baremetal_operator_cr(stack: Stack) -> OperatorCr:
+    """The custom resource of a bare-metal stack's GPU Operator: from its GPU host groups' advertisers."""
+    assert stack.baremetal is not None
+    return operator_cr(g.advertiser for g in stack.baremetal.host_groups if g.gpu_model is not None)
 
 
 def plan_stack(stack: Stack, catalog: Catalog) -> StackPlan:
@@ -366,7 +437,8 @@ def plan_stack(stack: Stack, catalog: Catalog) -> StackPlan:
     host_groups: tuple[HostGroupPlan, ...] = ()
     baremetal = None
     if stack.baremetal is not None:
-        host_groups = tuple(host_group_plan(stack, g, catalog) for g in stack.baremetal.host_groups)
+        cr = baremetal_operator_cr(stack)
+        host_groups = tuple(host_group_plan(stack, g, catalog, cr) for g in stack.baremetal.host_groups)
         baremetal = baremetal_plan(stack, host_groups, host_layouts)
     return StackPlan(
         stack=stack.name,

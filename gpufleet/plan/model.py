@@ -14,8 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from gpufleet.gpu_software import ChartRelease, GpuWorkload
+from gpufleet.gpu_software import ChartRelease, GpuWorkload, OperatorCr
 from gpufleet.spec.models import (
+    Advertiser,
     AutoscalerProfile,
     BaremetalHost,
     Metal3Settings,
@@ -80,6 +81,10 @@ class MigPlan:
     instances_per_node: dict[str, int] | None = None
     strategy: Literal["single", "mixed"] | None = field(default=None, metadata=OMIT_NONE)
     resources: dict[str, int] | None = field(default=None, metadata=OMIT_NONE)
+    profiles: tuple[str, ...] = ()  # the layout's MIG profiles (the DRA claim templates of a dra pool)
+    # GPUs per node the layout leaves whole (no MIG); None: the node's GPU count is unknown and the layout does not
+    # cover every GPU (devices: all), so some may be
+    whole_gpus: int | None = 0
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,8 @@ class PoolPlan:
     gpus_total: dict[str, int | float]
     tags: dict[str, str]
     encryption_at_host: bool
+    advertiser: Advertiser  # what makes its GPUs allocatable (docs/kubernetes.md)
+    nvlink_multi_node: bool  # its GPUs' NVLink domain spans nodes (GB200/GB300 NVL72): DRA ComputeDomains
 
     @property
     def kubelet_config(self) -> bool:
@@ -192,6 +199,8 @@ class ClusterPlan:
     mig_strategy: Literal["single", "mixed"] | None
     mig_parted_config: dict[str, Any] | None
     gpu_software: ChartRelease
+    # the GPU Operator's custom resource (from the pools' advertisers); None with the standalone device plugin chart
+    operator_cr: OperatorCr | None
 
     def addon(self, name: str) -> AddonPlan | None:
         """The add-on ``name`` when it is enabled."""
@@ -216,6 +225,8 @@ class HostGroupPlan:
     gpu_workload: GpuWorkload | None = None
     # GPU VMs on these hosts: the vfio role binds their devices; vgpu (below) for vm-vgpu groups
     virtualization: Virtualization | None = field(default=None, metadata=OMIT_NONE)
+    advertiser: Advertiser = "device-plugin"  # what makes its GPUs allocatable (docs/kubernetes.md)
+    nvlink_multi_node: bool = False  # its GPUs' NVLink domain spans hosts (GB200/GB300 NVL72): DRA ComputeDomains
 
     @property
     def vgpu(self) -> Vgpu | None:
@@ -237,6 +248,7 @@ class BaremetalPlan:
     rollout: Rollout
     mig_parted_config: dict[str, Any] | None
     releases: dict[str, ChartRelease]
+    operator_cr: OperatorCr = "ClusterPolicy"  # the gpu-operator release's custom resource (from the advertisers)
     engine: Literal["redfish", "metal3"] = "redfish"  # who drives the hosts' BMCs: the program, or Metal3/Ironic
     hosts: tuple[BaremetalHost, ...] = ()  # the BMC-managed servers the Pulumi program creates (validated)
     metal3: Metal3Settings | None = None  # engine metal3: the management cluster and namespace

@@ -265,6 +265,21 @@ class Sharing(StrictModel):
 
 DEFAULT_GPU_TAINTS = ("sku=gpu:NoSchedule",)
 
+# What makes a pool's (a host group's) GPUs allocatable to pods (docs/kubernetes.md):
+# - device-plugin: the NVIDIA device plugin advertises them as the extended resources nvidia.com/gpu (and
+#   nvidia.com/mig-<profile>); the GPU Operator's ClusterPolicy, or the standalone device plugin chart;
+# - dra: the NVIDIA DRA driver publishes them in ResourceSlices (Dynamic Resource Allocation, resource.k8s.io/v1),
+#   pods claim them through ResourceClaims; the GPU Operator's GPUCluster;
+# - none: nothing advertises them; no pod can be given one of its GPUs through Kubernetes (the driver, and on
+#   device-plugin clusters the monitoring, stay). For GPUs that serve something else: a host-level service, another
+#   scheduler.
+Advertiser = Literal["device-plugin", "dra", "none"]
+ADVERTISER_FIELD = Field(
+    "device-plugin",
+    description="what advertises the GPUs to Kubernetes: device-plugin (extended resources nvidia.com/gpu), dra (the"
+    " NVIDIA DRA driver: ResourceSlices and ResourceClaims, through the GPU Operator's GPUCluster), or none",
+)
+
 
 class GpuPool(StrictModel):
     name: str
@@ -282,6 +297,7 @@ class GpuPool(StrictModel):
     sharing: Sharing = Field(default_factory=Sharing)
     tuning: PoolTuning = Field(default_factory=PoolTuning)
     upgrade: Upgrade | None = Field(None, description="default: max_surge '33%', or max_unavailable 1 on spot")
+    advertiser: Advertiser = ADVERTISER_FIELD
 
     @field_validator("labels")
     @classmethod
@@ -668,6 +684,7 @@ class HostGroup(StrictModel):
     tuning_profile: str = DEFAULT_TUNING_PROFILE
     mig: MigLayout | None = None
     virtualization: Virtualization | None = Field(None, description="GPU VMs on these hosts (gpufleet virt plan)")
+    advertiser: Advertiser = ADVERTISER_FIELD
 
     @model_validator(mode="after")
     def _gpu_fields(self) -> HostGroup:

@@ -25,14 +25,23 @@ from gpufleet.catalog.releases import (
     same_version,
 )
 from gpufleet.diagnostics import Finding, Path, did_you_mean, format_path
-from gpufleet.labels import DEPLOY_DRIVER_LABEL, DEVICE_PLUGIN_CONFIG_LABEL, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
+from gpufleet.labels import (
+    DEPLOY_DEVICE_PLUGIN_LABEL,
+    DEPLOY_DRIVER_LABEL,
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    DRA_OPERAND_LABELS,
+    GPU_PRESENT_LABEL,
+    MIG_CONFIG_LABEL,
+)
 from gpufleet.spec.models import (
+    Advertiser,
     AksManagedMig,
     Baremetal,
     BaremetalHost,
     GpuPool,
     HostGroup,
     MigLayout,
+    OperatorManagedMig,
     Release,
     SecretRef,
     Stack,
@@ -62,6 +71,8 @@ DERIVED_LABELS = {
     DEVICE_PLUGIN_CONFIG_LABEL: "sharing",
     DEPLOY_DRIVER_LABEL: "driver",
     GPU_PRESENT_LABEL: "GPU software (the device plugin chart runs where it is true)",
+    DEPLOY_DEVICE_PLUGIN_LABEL: "advertiser (none keeps the device plugin off)",
+    **dict.fromkeys(DRA_OPERAND_LABELS, "advertiser (none keeps the DRA driver off)"),
 }
 AKS_RESERVED_LABEL_PREFIXES = ("kubernetes.azure.com/", "kubernetes.io/", "k8s.io/")
 # The node OS images each AKS os_sku can give (learn.microsoft.com/azure/aks/upgrade-os-version): Ubuntu is 22.04 up to
@@ -244,6 +255,7 @@ def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
     gpu = ctx.catalog.gpu(size.gpu)
 
     yield from check_os_sku(pool, size, gpu, path)
+    yield from check_pool_advertiser(pool, gpu, path)
 
     if pool.mig is not None:
         mpath = (*path, "mig")
@@ -341,6 +353,109 @@ def check_cluster_limits(pools: Sequence[GpuPool | None], system: SystemPool | N
         )
 
 
+# -- GPU advertising: the device plugin, the NVIDIA DRA driver, or none (docs/kubernetes.md) -----------------------
+
+# Dynamic Resource Allocation's resource.k8s.io/v1 API is GA and served by default from Kubernetes 1.34 (Kubernetes
+# v1.34 release blog, "DRA graduates to stable", 2025-08-27), and the NVIDIA DRA driver needs it: "Kubernetes v1.34.2
+# or later" (kubernetes-sigs/dra-driver-nvidia-gpu site/content/docs/prerequisites.md at 95932046, 2026-08-07).
+DRA_MIN_KUBERNETES = (1, 34)
+# One GPU Operator, one custom resource: the v26.7.0 chart fails when clusterPolicy.deployCR and gpuCluster.deployCR
+# are both true (deployments/gpu-operator/templates/validations.yaml:1-3), the operator refuses a GPUCluster next to a
+# ClusterPolicy and the reverse (controllers/gpucluster_controller.go:165-167, clusterpolicy_controller.go:134-140
+# at tag v26.7.0), and NVIDIA's "DRA Driver for NVIDIA GPUs" page says "A cluster can have either a GPUCluster resource
+# for DRA or a ClusterPolicy resource for the Device Plugin, but not both".
+ONE_OPERATOR_CR = (
+    "one cluster's GPU Operator runs a ClusterPolicy (device plugin) or a GPUCluster (DRA driver), never both"
+    " (GPU Operator v26.7.0 refuses the second one)"
+)
+
+
+def check_dra_gpu(gpu: Gpu, path: Path) -> Iterator[Finding]:
+    """gpufleet's claim templates select a DRA pool's GPUs by the product name the driver publishes: the catalog must
+    know it."""
+    if not gpu.product_names:
+        yield Finding(
+            path,
+            f"the catalog has no product name (as nvidia-smi prints it) for {gpu.name}, so no ResourceClaimTemplate"
+            " can select its GPUs; use advertiser device-plugin, or add the name to gpufleet/catalog/gpus.yaml",
+        )
+
+
+def check_pool_advertiser(pool: GpuPool, gpu: Gpu, path: Path) -> Iterator[Finding]:
+    """What a pool's advertiser excludes: the device plugin's sharing configs (dra, none); dra needs the GPU's
+    product name."""
+    if pool.advertiser == "device-plugin":
+        return
+    if pool.sharing.mode != "none":
+        how = (
+            "with DRA, pods share a GPU through their claim (the DRA driver's GpuConfig sharing: TimeSlicing or MPS),"
+            " not per node"
+            if pool.advertiser == "dra"
+            else "no pod gets these GPUs through Kubernetes"
+        )
+        yield Finding(
+            (*path, "sharing", "mode"),
+            f"sharing configures the device plugin, which advertiser {pool.advertiser} does not run: {how}; remove"
+            " sharing, or use advertiser device-plugin",
+        )
+    if pool.advertiser == "dra":
+        yield from check_dra_gpu(gpu, (*path, "advertiser"))
+
+
+def check_advertisers_mixed(items: Sequence[tuple[Path, str, Advertiser]], what: str) -> Iterator[Finding]:
+    """The GPU targets of one cluster (``items``: each one's path, name and advertiser; ``what``: "pool" or "host
+    group") do not mix the device plugin and DRA: each DRA one is an error naming the first device-plugin one."""
+    plugin = next(((p, n) for p, n, a in items if a == "device-plugin"), None)
+    if plugin is None:
+        return
+    for path, name, advertiser in items:
+        if advertiser == "dra":
+            yield Finding(
+                (*path, "advertiser"),
+                f"{what} {name!r} has advertiser dra and {what} {plugin[1]!r} has device-plugin"
+                f" ({format_path((*plugin[0], 'advertiser'))}, the default): {ONE_OPERATOR_CR}; give the cluster's"
+                f" {what}s one advertiser (none goes with either), or move the DRA {what}s to a stack of their own"
+                " (docs/kubernetes.md)",
+            )
+
+
+def check_gpu_cluster_mig(pools: Sequence[GpuPool | None]) -> Iterator[Finding]:
+    """A cluster with a DRA pool runs a GPUCluster, which has no MIG manager: no pool's layout can be the
+    operator's."""
+    dra = next((p.name for p in pools if p is not None and p.advertiser == "dra"), None)
+    if dra is None:
+        return
+    for i, pool in enumerate(pools):
+        if pool is not None and isinstance(pool.mig, OperatorManagedMig):
+            yield Finding(
+                ("aks", "gpu_pools", i, "mig", "managed_by"),
+                f"the GPU Operator's MIG manager belongs to its ClusterPolicy, and pool {dra!r} has advertiser dra, so"
+                " the cluster's operator runs a GPUCluster, which has none: let AKS partition the GPUs (mig:"
+                " {managed_by: aks, profile: MIG1g...}), whose instances the DRA driver advertises",
+            )
+
+
+def check_dra_kubernetes(stack: Stack) -> Iterator[Finding]:
+    """DRA needs Kubernetes 1.34 or later: an error at each DRA pool or host group of an older release."""
+    major, minor = (int(x) for x in stack.release.kubernetes.split(".")[:2])
+    if (major, minor) >= DRA_MIN_KUBERNETES:
+        return
+    targets: list[tuple[Path, str]] = []
+    if stack.aks is not None:
+        targets += [(("aks", "gpu_pools", i), p.advertiser) for i, p in enumerate(stack.aks.gpu_pools)]
+    if stack.baremetal is not None:
+        targets += [(("baremetal", "host_groups", i), g.advertiser) for i, g in enumerate(stack.baremetal.host_groups)]
+    need = ".".join(map(str, DRA_MIN_KUBERNETES))
+    for path, advertiser in targets:
+        if advertiser == "dra":
+            yield Finding(
+                (*path, "advertiser"),
+                f"DRA needs Kubernetes {need} or later (resource.k8s.io/v1, which the NVIDIA DRA driver uses), and"
+                f" release.kubernetes is {stack.release.kubernetes!r}; raise it to {need}, or use advertiser"
+                " device-plugin",
+            )
+
+
 # -- bare metal ----------------------------------------------------------------------------------------------
 
 
@@ -354,6 +469,11 @@ def check_host_group(
             " (define it under gpufleet:tuning_profiles)",
         )
     if group.gpu_model is None:
+        if group.advertiser != "device-plugin":
+            yield Finding(
+                (*path, "advertiser"),
+                f"advertiser {group.advertiser} needs gpu_model: hosts without GPUs have nothing to advertise",
+            )
         return
     gpu = ctx.catalog.find_gpu(group.gpu_model)
     if gpu is None:
@@ -364,6 +484,14 @@ def check_host_group(
             yield Finding((*path, "mig"), ctx.catalog.no_mig_reason(gpu))
         else:
             yield from check_mig_layout(gpu, group.mig, group.gpus_per_host, (*path, "mig"), ctx.catalog)
+    if group.gpu_vms and group.advertiser != "device-plugin":
+        yield Finding(
+            (*path, "advertiser"),
+            f"advertiser {group.advertiser} cannot serve GPU VMs: the GPU Operator's sandbox device plugin advertises"
+            " these GPUs to KubeVirt, from its ClusterPolicy; leave advertiser device-plugin (the default) here",
+        )
+    elif group.advertiser == "dra":
+        yield from check_dra_gpu(gpu, (*path, "advertiser"))
 
 
 def check_secret_ref(ref: SecretRef, path: Path, ctx: Context) -> Iterator[Finding]:
@@ -545,6 +673,7 @@ def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
     """All cross-cutting rules of a structurally valid stack."""
     yield from check_region(stack.region, stack.aks is not None, ctx)
     yield from check_release(stack.release, ctx, aks=stack.aks is not None, baremetal=stack.baremetal is not None)
+    yield from check_dra_kubernetes(stack)
     if stack.aks is not None:
         in_region = dataclasses.replace(ctx, region=stack.region if stack.region in ctx.catalog.region_names else None)
         yield from check_aks_pools(stack.aks.gpu_pools, stack.aks.cluster.system_pool, in_region)
@@ -588,6 +717,10 @@ def check_aks_pools(pools: Sequence[GpuPool | None], system: SystemPool | None, 
             size = ctx.catalog.vm_size(pool.vm_size)
             layouts.append(((*path, "mig"), size.gpu if size else None, pool.mig))
     yield from check_unique(names, "pool name", "cluster (the system pool included)")
+    yield from check_advertisers_mixed(
+        [(("aks", "gpu_pools", i), p.name, p.advertiser) for i, p in enumerate(pools) if p is not None], "pool"
+    )
+    yield from check_gpu_cluster_mig(pools)
     yield from check_cluster_limits(pools, system)
     yield from check_aks_names(pools)
     yield from check_mig_config_names(layouts)
@@ -625,6 +758,14 @@ def check_host_groups(
             gpu = ctx.catalog.find_gpu(group.gpu_model or "")
             layouts.append(((*path, "mig"), gpu.name if gpu else None, group.mig))
     yield from check_unique(named, "host group", "stack")
+    yield from check_advertisers_mixed(
+        [
+            (("baremetal", "host_groups", i), g.name, g.advertiser)
+            for i, g in enumerate(groups)
+            if g is not None and g.gpu_model is not None  # hosts without GPUs advertise nothing
+        ],
+        "host group",
+    )
     yield from check_mig_config_names(layouts)
     yield from check_vgpu_managers(groups)
 

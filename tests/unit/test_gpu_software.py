@@ -8,14 +8,21 @@ from ruamel.yaml import YAML
 
 from gpufleet.gpu_software import (
     DEFAULT_DEVICE_PLUGIN_CONFIG,
+    DEVICE_PLUGIN_CHART,
+    GPU_CLUSTER,
+    GPU_OPERATOR_CHART,
+    DraDriver,
     GpuSoftware,
     SandboxWorkloads,
     SharingConfig,
     device_plugin_values,
     for_baremetal,
+    label_patch,
     operator_values,
+    software_labels,
     toleration,
 )
+from gpufleet.labels import DEPLOY_DEVICE_PLUGIN_LABEL, DRA_OPERAND_LABELS, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
 from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack_text
@@ -47,6 +54,13 @@ VARIANTS = {
     ),
     "GPU VMs, passed through only": GpuSoftware(
         driver_preinstalled=True, toolkit_preinstalled=True, sandbox=SandboxWorkloads(passthrough=True)
+    ),
+    "DRA: a GPUCluster with the operator's driver, ComputeDomains, unadvertised nodes": GpuSoftware(
+        driver_preinstalled=False,
+        toolkit_preinstalled=False,
+        operator_cr=GPU_CLUSTER,
+        dra=DraDriver(version="v0.5.0", compute_domains=True),
+        unadvertised=True,
     ),
 }
 
@@ -160,3 +174,33 @@ def test_bare_metal_values_come_from_the_host_groups_plan(catalog):
     values = operator_values(software)
     configs = _load(values["migManager"]["config"]["data"][CONFIGMAP_KEY])["mig-configs"]
     assert set(configs) == {"hgx-half", DISABLED_CONFIG}
+
+
+def test_a_gpu_cluster_replaces_the_cluster_policy_and_leaves_out_its_operands():
+    values = operator_values(GpuSoftware(True, True, operator_cr=GPU_CLUSTER, dra=DraDriver(None, False)))
+    assert (values["clusterPolicy"], values["gpuCluster"]) == ({"deployCR": False}, {"deployCR": True})
+    assert values["draDriver"] == {"computeDomains": {"enabled": False}}  # no pin: the chart's version
+    assert values["devicePlugin"] == values["gfd"] == values["migManager"] == {"enabled": False}
+    assert values["driver"] == {"enabled": False}  # AKS or the host roles installed it: no NVIDIADriver either
+
+
+def test_advertiser_none_sets_each_charts_off_switches_and_the_patch_never_removes_them():
+    plugin = {"mig_config": None, "device_plugin_config": DEFAULT_DEVICE_PLUGIN_CONFIG}
+    assert software_labels(GPU_OPERATOR_CHART, **plugin, advertiser="none") == {DEPLOY_DEVICE_PLUGIN_LABEL: "false"}
+    assert software_labels(GPU_OPERATOR_CHART, **plugin, advertiser="none", operator_cr=GPU_CLUSTER) == dict.fromkeys(
+        DRA_OPERAND_LABELS, "false"
+    )
+    assert software_labels(DEVICE_PLUGIN_CHART, **plugin, advertiser="none") == {DEPLOY_DEVICE_PLUGIN_LABEL: "false"}
+    assert software_labels(DEVICE_PLUGIN_CHART, **plugin)[GPU_PRESENT_LABEL] == "true"
+    # a GPUCluster has no MIG manager: the layout's label is not set (the host role or AKS applies the layout)
+    assert MIG_CONFIG_LABEL not in software_labels(
+        GPU_OPERATOR_CHART,
+        mig_config="h100-small",
+        device_plugin_config=None,
+        advertiser="dra",
+        operator_cr=GPU_CLUSTER,
+    )
+    off = label_patch(GPU_OPERATOR_CHART, {DEPLOY_DEVICE_PLUGIN_LABEL: "false"})
+    assert off[DEPLOY_DEVICE_PLUGIN_LABEL] == "false"
+    # elsewhere the operator writes the key ("true"): gpufleet's patch leaves it alone rather than remove it
+    assert DEPLOY_DEVICE_PLUGIN_LABEL not in label_patch(GPU_OPERATOR_CHART, {MIG_CONFIG_LABEL: "all-disabled"})

@@ -37,6 +37,7 @@ def test_aks_mig_profile_fills_every_gpu_with_the_plain_profile(catalog):
         instances_per_node={"1g.10gb": 7},
         strategy="single",
         resources={"nvidia.com/gpu": 7},
+        profiles=("1g.10gb",),
     )
     assert "nvidia.com/mig.config" not in pool.labels
 

@@ -33,11 +33,14 @@ ONPREM = FIXTURES / "gpu-software" / "Pulumi.prod-onprem.yaml"
 # into vGPUs)
 VM_HOSTS = REPO / "examples" / "baremetal" / "Pulumi.prod-onprem.yaml"
 BAREMETAL = {ONPREM: "prod-onprem", VM_HOSTS: "vm-hosts"}
+# the DRA example: every GPU pool has advertiser dra, so the operator runs a GPUCluster (tests/unit/test_render_dra.py)
+DRA = REPO / "examples" / "dra" / "Pulumi.dev-eastus2.yaml"
 # every example stack that installs GPU software, and the bare-metal stacks with each chart kubernetes.yml installs
 CASES = [(p, GPU_OPERATOR_CHART) for p in EXAMPLE_STACKS if "lab-local" not in p.name] + [
     (ONPREM, GPU_OPERATOR_CHART),
     (ONPREM, DEVICE_PLUGIN_CHART),
     (VM_HOSTS, GPU_OPERATOR_CHART),
+    (DRA, GPU_OPERATOR_CHART),
 ]
 # rendered too, but not a case of the every-stack tests: the device plugin chart cannot serve GPU VM hosts
 RENDERS = [*CASES, (VM_HOSTS, DEVICE_PLUGIN_CHART)]
@@ -171,7 +174,9 @@ def test_every_rendered_builtin_object_passes_kubernetes_validate_strict(rendere
     version = charts.kube_version(stack.release.kubernetes).removeprefix("v")
     crd_kinds = {o["spec"]["names"]["kind"] for o in _objects(result, "CustomResourceDefinition")}
     checked = 0
-    for obj in (o for c in result.charts for o in c.objects):
+    # gpufleet's DRA objects too (claim templates, DeviceClasses; not Kueue's Configuration, a config file's content)
+    generated = [o for g in result.generated if g.name != "kueue" for o in g.objects]
+    for obj in [*(o for c in result.charts for o in c.objects), *generated]:
         if obj["kind"] in crd_kinds:
             continue
         kubernetes_validate.validate(obj, version, strict=True)
@@ -193,15 +198,19 @@ def _crd_validators(result: charts.Render) -> dict[tuple[str, str], Draft202012V
 def test_every_custom_resource_passes_its_crds_schema(rendered, case):
     _, result = rendered[case]
     validators = _crd_validators(result)
-    customs = [o for c in result.charts for o in c.objects if (o.get("apiVersion"), o.get("kind")) in validators]
+    objects = [*(o for c in result.charts for o in c.objects), *(o for g in result.generated for o in g.objects)]
+    customs = [o for o in objects if (o.get("apiVersion"), o.get("kind")) in validators]
     for obj in customs:
         errors = [
             f"{'.'.join(map(str, e.path))}: {e.message}"
             for e in validators[(obj["apiVersion"], obj["kind"])].iter_errors(obj)
         ]
         assert errors == [], f"{obj['kind']} {obj['metadata']['name']}"
-    if result.charts[0].release.chart == GPU_OPERATOR_CHART:
-        assert [o["kind"] for o in customs] == ["ClusterPolicy"]
+    release = result.charts[0].release
+    if release.chart == GPU_OPERATOR_CHART:  # the one custom resource the operator reads, as the advertisers chose
+        dra = release.values.get("gpuCluster", {}).get("deployCR", False)
+        kinds = [o["kind"] for o in customs if o["kind"] != "ComputeDomain"]  # gpufleet's example ones are checked too
+        assert kinds == (["GPUCluster"] if dra else ["ClusterPolicy"])
 
 
 def test_the_crd_check_catches_a_field_the_api_server_would_prune(rendered):

@@ -31,7 +31,7 @@ def fake_gpu_state(catalog: Catalog, model: str, count: int) -> dict[str, Any]:
         "gpus": [
             {
                 "index": i,
-                "name": gpu.aliases[0] if gpu.aliases else gpu.name,
+                "name": gpu.product_names[0] if gpu.product_names else gpu.name,
                 "pci": f"00000000:{0x18 + 0x10 * i:02X}:00.0",
                 "model": gpu.name,
                 "device_id": gpu.mig_device_filters[0],  # what mig-parted's device-filter matches
