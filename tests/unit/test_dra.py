@@ -45,7 +45,7 @@ DRA_VERSIONS = sorted(
 )
 
 
-def _stack_text(group: str, kubernetes: str = "1.34") -> str:
+def _stack_text(group: str, kubernetes: str = "1.36") -> str:
     return f"""config:
   gpufleet:stage: prod
   gpufleet:region: onprem
@@ -53,9 +53,11 @@ def _stack_text(group: str, kubernetes: str = "1.34") -> str:
     kubernetes: "{kubernetes}"
     gpu_operator: v26.7.0
     device_plugin: v0.20.0
-    driver_branch: "580"
+    driver_branch: "595"
     mig_parted: v0.15.0
     container_toolkit: v1.20.0
+    dra_driver: v0.5.0
+    nfd: v0.19.0
   gpufleet:baremetal:
     inventory: inventories/lab-local
     host_groups:

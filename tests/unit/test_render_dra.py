@@ -218,12 +218,14 @@ ONPREM_DRA = """config:
   gpufleet:stage: prod
   gpufleet:region: onprem
   gpufleet:release:
-    kubernetes: "1.34"
+    kubernetes: "1.36"
     gpu_operator: v26.7.0
     device_plugin: v0.20.0
-    driver_branch: "580"
+    driver_branch: "595"
     mig_parted: v0.15.0
     container_toolkit: v1.20.0
+    dra_driver: v0.5.0
+    nfd: v0.19.0
   gpufleet:baremetal:
     inventory: inventories/lab-local
     host_groups:
