@@ -193,12 +193,12 @@ def test_all_costs_every_stack_and_a_bare_metal_stack_has_no_cloud_cost(cli):
 
 
 def test_an_invalid_stack_exits_1_with_its_errors_and_bad_usage_exits_2(cli):
-    code, out, _ = cli("cost", "tests/fixtures/invalid/azure_linux_with_h100.yaml", "--json")
+    code, out, _ = cli("cost", "tests/fixtures/invalid/azure_linux_with_gb200.yaml", "--json")
     assert code == 1
     data = json.loads(out)
     assert data["ok"] is False and data["errors"][0]["path"] == "aks.gpu_pools[0].os_sku"
-    code, _, err = cli("cost", "prod-westeurope", "tests/fixtures/invalid/azure_linux_with_h100.yaml")
-    assert code == 1 and "invalid stack azure_linux_with_h100: no cost computed" in err
+    code, _, err = cli("cost", "prod-westeurope", "tests/fixtures/invalid/azure_linux_with_gb200.yaml")
+    assert code == 1 and "invalid stack azure_linux_with_gb200: no cost computed" in err
     assert cli("cost")[0] == 2
     assert cli("cost", "prod-westeurope", "--all")[0] == 2
     assert cli("cost", "no-such-stack")[0] == 2
