@@ -289,20 +289,20 @@ def stack_cost(stack: Stack, catalog: Catalog) -> StackCost:
             )
         )
         for pool in stack.aks.gpu_pools:
-            scaling = pool.autoscaling
-            nodes = (scaling.min, pool.count, scaling.max) if scaling else (pool.count, pool.count, pool.count)
+            autoscaled = pool.kind == "nap" or pool.autoscaling is not None  # NAP scales a nap pool itself
+            nodes = pool.node_range
             cost = _pool_cost(
                 pool.name,
                 "gpu",
                 pool.vm_size,
                 nodes,
-                scaling is not None,
+                autoscaled,
                 pool.spot is not None,
                 catalog.price(pool.vm_size, stack.region),
             )
             if cost.nodes_min > 0 and not is_production(stack.stage):
                 warning = _always_on_warning(
-                    stack, pool.name, cost.nodes_min, scaling is not None, cost.idle_per_hour, catalog.currency
+                    stack, pool.name, cost.nodes_min, autoscaled, cost.idle_per_hour, catalog.currency
                 )
                 cost = replace(cost, warnings=(warning,))
             pools.append(cost)

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from gpufleet.aks_api import PoolApi
 from gpufleet.gpu_software import ChartRelease, GpuWorkload
 from gpufleet.spec.models import (
     AutoscalerProfile,
@@ -159,6 +160,12 @@ class PoolPlan:
     gpus_total: dict[str, int | float]
     tags: dict[str, str]
     encryption_at_host: bool
+    # kind agentpool: an AKS node pool; nap: a Karpenter NodePool of node auto-provisioning (gpufleet.nap)
+    kind: Literal["agentpool", "nap"] = "agentpool"
+    # managed: AKS runs the driver, device plugin and DCGM exporter (gpuProfile.nvidia.managementMode Managed)
+    gpu_management: Literal["unmanaged", "managed"] = "unmanaged"
+    # the AKS API the pool's AgentPool needs (gpufleet.aks_api.pool_api); None for kind nap
+    api: PoolApi | None = None
 
     @property
     def kubelet_config(self) -> bool:
@@ -192,6 +199,8 @@ class ClusterPlan:
     mig_strategy: Literal["single", "mixed"] | None
     mig_parted_config: dict[str, Any] | None
     gpu_software: ChartRelease
+    # Auto: node auto-provisioning (Karpenter) is on, for the stack's kind nap pools (nodeProvisioningProfile.mode)
+    node_provisioning: Literal["Manual", "Auto"] = "Manual"
 
     def addon(self, name: str) -> AddonPlan | None:
         """The add-on ``name`` when it is enabled."""
