@@ -23,8 +23,9 @@ from tests.aks_api_spec import definitions, enum, field_definition
 from tests.conftest import REPO, TODAY
 
 AKS = load_aks_catalog()
+PREVIEW_STACK = REPO / "examples" / "aks" / "Pulumi.preview-westeurope.yaml"
 # every example stack with AKS pools
-STACKS = [p for p in sorted(REPO.glob("Pulumi.*-*.yaml")) if "gpufleet:aks:" in p.read_text()]
+STACKS = [p for p in (*sorted(REPO.glob("Pulumi.*-*.yaml")), PREVIEW_STACK) if "gpufleet:aks:" in p.read_text()]
 
 
 def _values(literal: object) -> set[str]:
@@ -114,6 +115,19 @@ def test_the_pool_name_changes_exactly_where_the_plan_moves_a_pool_off_the_sdk(p
         if pool.api is not None:
             assert _needs_newer_api(spec) == pool.api.generic, pool.name
             assert aks_pool_name(spec) == pool.aks_name
+
+
+def test_plan_json_names_each_pools_api_and_the_preview_fields():
+    loaded = load_stack(PREVIEW_STACK, today=TODAY)
+    assert loaded.stack is not None
+    pools = {p["name"]: p for p in plan_stack(loaded.stack, load_catalog()).to_dict()["pools"]}
+    assert pools["t4managed"]["api"] == {
+        "level": "preview",
+        "version": "2026-05-02-preview",
+        "needs": ["osSKU Ubuntu2404", "gpuProfile.nvidia.managementMode"],
+    }
+    assert pools["a100al3"]["api"] == {"level": "sdk", "version": "2025-09-01", "needs": []}
+    assert pools["t4nap"]["api"] is None and pools["t4nap"]["kind"] == "nap"
 
 
 def _stack(pools: str, *, preview: bool = False, kubernetes: str = "1.34") -> list[str]:
