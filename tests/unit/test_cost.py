@@ -292,3 +292,16 @@ def test_promote_preview_and_json_carry_the_cost_line(tmp_path: Path):
     assert cost["note"].startswith("cost: unchanged, the promotion moves only the release block (pinned versions)")
     result = CliRunner().invoke(app, ["promote", "staging-westeurope", "--dry-run", "--root", str(tmp_path)])
     assert "cost: unchanged, the promotion moves only the release block" in result.stdout
+
+
+def test_pools_that_cannot_autoscale_are_not_told_to_and_a_nap_pool_costs_up_to_max_nodes():
+    """AKS-managed GPU pools take no cluster autoscaler (preview), and no node pool autoscales next to NAP: the warning
+    points to a NAP pool or a count of 0 instead, and only where a NAP pool could hold the pool (not AKS MIG)."""
+    loaded = load_stack(REPO / "examples/aks/Pulumi.preview-westeurope.yaml")
+    assert loaded.stack is not None
+    costs = stack_cost(loaded.stack, load_catalog())
+    managed, aks_mig, nap = costs.pool("t4managed"), costs.pool("a100al3"), costs.pool("t4nap")
+    assert managed is not None and aks_mig is not None and nap is not None
+    assert "set autoscaling" not in managed.warnings[0] and "make it kind: nap" in managed.warnings[0]
+    assert "kind: nap" not in aks_mig.warnings[0] and aks_mig.warnings[0].endswith("set count 0 while it idles")
+    assert (nap.nodes_min, nap.nodes_max, nap.autoscaling, nap.warnings) == (0, 4, True, ())
