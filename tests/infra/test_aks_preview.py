@@ -165,3 +165,9 @@ def test_moving_a_pool_to_a_newer_api_makes_a_new_pool_instead_of_moving_the_res
     (new,) = after - before
     assert new.startswith("a100mig") and len(before - after) == 1
     assert _arm(moved, "a100mig")["apiVersion"] == "2026-05-01"  # Ubuntu2404 is GA: the stable API, no preview
+
+
+def test_gpufleets_device_plugin_takes_the_mig_strategy_of_the_pools_it_serves_not_of_aks_managed_ones(run: Run):
+    """a100mgd's instances are AKS's device plugin's (mixed); gpufleet's serves a100al3's (one profile: single)."""
+    release = checks.the(run.recorder.resources, checks.RELEASE)
+    assert (release.inputs["chart"], release.inputs["values"]["migStrategy"]) == ("nvidia-device-plugin", "single")
