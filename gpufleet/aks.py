@@ -24,8 +24,10 @@ SUFFIX_LENGTH = 4
 
 
 def immutable_fields(pool: GpuPool) -> dict[str, Any]:
-    """The pool's settings AKS cannot update in place."""
-    return {
+    """The pool's settings AKS cannot update in place. Keys added since the first release appear only when set
+    (AKS's managed GPU stack and its MIG strategy, fixed at creation; a pool that needs the generic ARM resource
+    instead of the SDK's typed one), so the names of pools that use none of them do not change."""
+    fields = {
         "vm_size": pool.vm_size,
         "zones": sorted(pool.zones),
         "spot": pool.spot.model_dump() if pool.spot else None,
@@ -33,6 +35,21 @@ def immutable_fields(pool: GpuPool) -> dict[str, Any]:
         "gpu_instance_profile": pool.mig.profile if pool.mig is not None and pool.mig.managed_by == "aks" else None,
         "taints": sorted(pool.taints),
     }
+    if pool.gpu_management == "managed":
+        fields["gpu_management"] = pool.gpu_management
+        fields["mig_strategy"] = pool.mig_strategy
+    if _needs_newer_api(pool):
+        # Pulumi cannot move a pool between the typed AgentPool and the generic ARM resource in place (a new
+        # resource, then a delete of the old one: the same AKS pool): the new name makes it a new pool instead
+        fields["arm_resource"] = True
+    return fields
+
+
+def _needs_newer_api(pool: GpuPool) -> bool:
+    """The pool needs a newer AKS API than the SDK's: its OS SKU's, or AKS's managed GPU stack (aks.yaml)."""
+    from gpufleet.catalog.aks import load_aks_catalog
+
+    return pool.gpu_management == "managed" or load_aks_catalog().os_sku(pool.os_sku).api != "sdk"
 
 
 def pool_suffix(pool: GpuPool) -> str:

@@ -221,6 +221,7 @@ class Target:
     mps: bool = False  # the node's device-plugin config shares GPUs with MPS
     workload: GpuWorkload = CONTAINER_WORKLOAD  # what the stack has its GPUs serve (HostGroupPlan.gpu_workload)
     advertiser: str = "device-plugin"  # what makes its GPUs allocatable: device-plugin, dra or none
+    aks_managed: bool = False  # AKS runs the node's GPU stack (gpu_management: managed): no chart's GPU software may
 
 
 def stack_targets(plan: StackPlan, chart: str) -> list[Target]:
@@ -245,6 +246,7 @@ def stack_targets(plan: StackPlan, chart: str) -> list[Target]:
                     driver_by_operator=pool.driver == "operator",
                     mps=pool.sharing.mode == "mps",
                     advertiser=pool.advertiser,
+                    aks_managed=pool.gpu_management == "managed",
                 )
             )
     for group in plan.host_groups:
@@ -574,9 +576,18 @@ def _not_its_workload(workload: Workload, target: Target) -> str | None:
     return None
 
 
+def _aks_managed(target: Target) -> str | None:
+    """Why no chart's GPU software is for ``target``: AKS runs its GPU stack there; or None."""
+    return (
+        "AKS runs its driver, device plugin and DCGM exporter here (gpu_management: managed)"
+        if target.aks_managed
+        else None
+    )
+
+
 def not_needed(workload: Workload, target: Target) -> str | None:
     """Why ``workload`` need not run on GPU target ``target``, or None when it must."""
-    if (reason := _not_its_workload(workload, target)) is not None:
+    if (reason := _aks_managed(target) or _not_its_workload(workload, target)) is not None:
         return reason
     if workload.role == "driver" and not target.driver_by_operator:
         return "the driver is installed by AKS or the host roles here, not by the operator"
@@ -626,7 +637,7 @@ def coverage(loads: list[Workload], targets: list[Target], labels: Mapping[str, 
             reasons = _runs(w, t, labels[t.name])
             if not reasons:
                 runs_on.append(t.name)
-                if w.kind == "DaemonSet" and t.gpu and (reason := _not_its_workload(w, t)) is not None:
+                if w.kind == "DaemonSet" and t.gpu and (reason := _aks_managed(t) or _not_its_workload(w, t)):
                     unwanted.append(Miss(t.name, reason, intended=False))
             elif w.kind == "DaemonSet" and t.gpu:
                 reason = not_needed(w, t)

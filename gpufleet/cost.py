@@ -235,6 +235,19 @@ def _always_on_warning(
     profile = stack.aks.cluster.autoscaler_profile
     cost = f" ({money(idle, currency)}/h idle)" if idle is not None else " (no price)"
     why = f"autoscaling min is {nodes_min}" if autoscaling else f"no autoscaling, {nodes_min} node(s)"
+    pool = next(p for p in stack.aks.gpu_pools if p.name == name)
+    nap = any(p.kind == "nap" for p in stack.aks.gpu_pools)
+    if pool.gpu_management == "managed" or nap:
+        # no cluster autoscaler on AKS-managed GPU pools in the preview, nor on any node pool next to NAP
+        reason = "AKS-managed GPU pools take no cluster autoscaler" if not nap else "with NAP on, no pool autoscales"
+        aks_mig = pool.mig is not None and pool.mig.managed_by == "aks"  # a NAP NodePool has no AKS MIG profile
+        nap_hint = (
+            ""
+            if aks_mig
+            else f"make it kind: nap (NAP removes empty nodes after {profile.scale_down_unneeded_time}), or "
+        )
+        always_on = f"GPU pool {name} in stage {stack.stage} is always on: {why}{cost}"
+        return f"{always_on}; {reason}: {nap_hint}set count 0 while it idles"
     return (
         f"GPU pool {name} in stage {stack.stage} is always on: {why}{cost}; set autoscaling"
         f" {{min: 0, max: N}} with scale_to_zero: true, and let the cluster autoscaler remove idle nodes"
@@ -289,20 +302,20 @@ def stack_cost(stack: Stack, catalog: Catalog) -> StackCost:
             )
         )
         for pool in stack.aks.gpu_pools:
-            scaling = pool.autoscaling
-            nodes = (scaling.min, pool.count, scaling.max) if scaling else (pool.count, pool.count, pool.count)
+            autoscaled = pool.kind == "nap" or pool.autoscaling is not None  # NAP scales a nap pool itself
+            nodes = pool.node_range
             cost = _pool_cost(
                 pool.name,
                 "gpu",
                 pool.vm_size,
                 nodes,
-                scaling is not None,
+                autoscaled,
                 pool.spot is not None,
                 catalog.price(pool.vm_size, stack.region),
             )
             if cost.nodes_min > 0 and not is_production(stack.stage):
                 warning = _always_on_warning(
-                    stack, pool.name, cost.nodes_min, scaling is not None, cost.idle_per_hour, catalog.currency
+                    stack, pool.name, cost.nodes_min, autoscaled, cost.idle_per_hour, catalog.currency
                 )
                 cost = replace(cost, warnings=(warning,))
             pools.append(cost)

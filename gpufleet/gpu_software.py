@@ -414,8 +414,10 @@ def for_aks(
     return GpuSoftware(
         driver_preinstalled=not operator_driver,
         toolkit_preinstalled=not operator_driver,
-        # the device plugin serves the AKS-managed MIG pools too
-        mig_strategy=cluster_strategy(p.mig.strategy for p in pools if p.mig and p.mig.strategy),
+        # the device plugin serves the AKS-MIG pools too, but not those whose GPU stack AKS manages (its own plugin)
+        mig_strategy=cluster_strategy(
+            p.mig.strategy for p in pools if p.mig and p.mig.strategy and p.gpu_management != "managed"
+        ),
         mig_parted_config=mig_parted_config,
         sharing=sharing,
         taints=taints,

@@ -12,6 +12,12 @@ DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 # The GPU Operator skips its driver daemonset on nodes labelled so (used for AKS-driver pools in a cluster
 # where other pools have `driver: operator`).
 DEPLOY_DRIVER_LABEL = "nvidia.com/gpu.deploy.driver"
+# ... and every operand (driver, toolkit, device plugin, GFD, DCGM, MIG manager...) on nodes labelled
+# nvidia.com/gpu.deploy.operands=false (GPU Operator "Getting Started", section Operands:
+# docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/getting-started.html); gpufleet sets it on pools
+# whose GPU stack AKS manages (gpu_management: managed), where the standalone device plugin does not run either (they
+# lack nvidia.com/gpu.present).
+DEPLOY_OPERANDS_LABEL = "nvidia.com/gpu.deploy.operands"
 # AKS puts this label and taint on every spot pool's nodes itself; a pool that does not list them too shows a diff
 # after every refresh (the azurerm provider documents the same), and the GPU daemonsets must tolerate the taint.
 AKS_SPOT_LABEL = "kubernetes.azure.com/scalesetpriority"

@@ -1,6 +1,7 @@
 """The Azure side of a stack: :class:`RegionalGpuCluster` (resource group, network and egress, Log Analytics, AKS
-cluster with its system pool and the secure baseline, diagnostic setting) and :class:`GpuPool` (one separate
-``AgentPool`` per GPU pool).
+cluster with its system pool and the secure baseline, diagnostic setting), :class:`GpuPool` (one separate agent pool
+per GPU pool: the SDK's typed ``AgentPool``, or the generic ARM resource at a newer API version, docs/kubernetes.md)
+and :class:`NapPool` (a node auto-provisioning pool's Karpenter objects).
 
 Only the system pool is inline in the ``ManagedCluster``: with GPU pools inline every edit puts all pools in
 "Scaling", and mixing inline and separate pools breaks updates (pulumi-azure-native #4264, #2719). Enum-valued
@@ -13,9 +14,12 @@ import base64
 from dataclasses import dataclass
 
 import pulumi
+import pulumi_kubernetes as k8s
 from pulumi_azure_native import containerservice as cs
 from pulumi_azure_native import monitor, network, operationalinsights, resources
 
+from gpufleet.aks_api import AgentPoolProperties, PoolApi, agent_pool_properties
+from gpufleet.nap import nap_objects
 from gpufleet.plan import ClusterPlan, PoolPlan
 
 
@@ -82,6 +86,7 @@ class RegionalGpuCluster(pulumi.ComponentResource):
                 max_graceful_termination_sec=str(scaler.max_graceful_termination_seconds),
             ),
             network_profile=network_profile(plan),
+            node_provisioning_profile=node_provisioning_profile(plan),
             tags=plan.tags,
             opts=child,
         )
@@ -257,6 +262,16 @@ def security_profile(
     )
 
 
+def node_provisioning_profile(plan: ClusterPlan) -> cs.ManagedClusterNodeProvisioningProfileArgs | None:
+    """Node auto-provisioning for the stack's ``kind: nap`` pools, without AKS's default Karpenter NodePools (the
+    cluster gets the nodes the stack describes, no general-purpose ones besides)."""
+    if plan.node_provisioning != "Auto":
+        return None
+    return cs.ManagedClusterNodeProvisioningProfileArgs(
+        mode=cs.NodeProvisioningMode.AUTO, default_node_pools=cs.NodeProvisioningDefaultNodePools.NONE
+    )
+
+
 def network_profile(plan: ClusterPlan) -> cs.ContainerServiceNetworkProfileArgs:
     """Azure CNI (overlay by default), the network policy engine and its dataplane, and the egress."""
     net = plan.network
@@ -279,60 +294,125 @@ class GpuPoolArgs:
     cluster: RegionalGpuCluster
 
 
-class GpuPool(pulumi.ComponentResource):
-    """A GPU node pool as a separate ``AgentPool``. Its AKS name carries a suffix of its immutable fields
-    (:func:`gpufleet.aks.aks_pool_name`): changing one of them makes a new pool before the old one goes."""
+def sdk_agent_pool(
+    name: str, props: AgentPoolProperties, cluster: RegionalGpuCluster, opts: pulumi.ResourceOptions
+) -> cs.AgentPool:
+    """A pool the SDK's API (2025-09-01) can describe, as its typed ``AgentPool``: enum inputs through the SDK's enums,
+    so a value the SDK does not know fails here first."""
+    assert props.gpu_profile.nvidia is None, "gpuProfile.nvidia needs the preview API (the generic ARM resource)"
+    upgrade, kubelet, linux = props.upgrade_settings, props.kubelet_config, props.linux_os_config
+    return cs.AgentPool(
+        name,
+        agent_pool_name=name,
+        resource_group_name=cluster.resource_group.name,
+        resource_name_=cluster.cluster.name,
+        mode=cs.AgentPoolMode(props.mode),
+        type=cs.AgentPoolType(props.type),
+        os_type=cs.OSType(props.os_type),
+        os_sku=cs.OSSKU(props.os_sku),
+        vm_size=props.vm_size,
+        orchestrator_version=props.orchestrator_version,
+        count=props.count,
+        enable_auto_scaling=props.enable_auto_scaling,
+        min_count=props.min_count,
+        max_count=props.max_count,
+        availability_zones=list(props.availability_zones) if props.availability_zones else None,
+        node_taints=list(props.node_taints),
+        node_labels=dict(props.node_labels),
+        gpu_profile=cs.GPUProfileArgs(driver=cs.GPUDriver(props.gpu_profile.driver)),
+        gpu_instance_profile=cs.GPUInstanceProfile(props.gpu_instance_profile) if props.gpu_instance_profile else None,
+        scale_set_priority=cs.ScaleSetPriority(props.scale_set_priority),
+        spot_max_price=props.spot_max_price,
+        scale_set_eviction_policy=cs.ScaleSetEvictionPolicy(props.scale_set_eviction_policy)
+        if props.scale_set_eviction_policy
+        else None,
+        kubelet_config=cs.KubeletConfigArgs(
+            cpu_manager_policy=kubelet.cpu_manager_policy, topology_manager_policy=kubelet.topology_manager_policy
+        )
+        if kubelet
+        else None,
+        linux_os_config=cs.LinuxOSConfigArgs(transparent_huge_page_enabled=linux.transparent_huge_page_enabled)
+        if linux
+        else None,
+        upgrade_settings=cs.AgentPoolUpgradeSettingsArgs(
+            max_surge=upgrade.max_surge,
+            max_unavailable=upgrade.max_unavailable,
+            drain_timeout_in_minutes=upgrade.drain_timeout_in_minutes,
+        ),
+        vnet_subnet_id=cluster.subnet_id,
+        enable_node_public_ip=props.enable_node_public_ip,
+        enable_encryption_at_host=props.enable_encryption_at_host,
+        tags=dict(props.tags),
+        opts=opts,
+    )
 
-    agent_pool: cs.AgentPool
+
+def arm_agent_pool(
+    name: str, props: AgentPoolProperties, api: PoolApi, cluster: RegionalGpuCluster, opts: pulumi.ResourceOptions
+) -> resources.Resource:
+    """A pool that needs a newer AKS API than the SDK's, as the provider's generic ARM resource at that version: the
+    typed model's ``properties`` (gpufleet.aks_api), under the cluster (``managedClusters/<name>/agentPools``)."""
+    return resources.Resource(
+        name,
+        resource_name_=name,
+        resource_group_name=cluster.resource_group.name,
+        resource_provider_namespace="Microsoft.ContainerService",
+        parent_resource_path=cluster.cluster.name.apply(lambda cluster_name: f"managedClusters/{cluster_name}"),
+        resource_type="agentPools",
+        api_version=api.version,
+        properties=props.to_arm(vnet_subnet_id=cluster.subnet_id),
+        opts=opts,
+    )
+
+
+class GpuPool(pulumi.ComponentResource):
+    """A GPU node pool as a separate agent pool: the SDK's typed ``AgentPool`` when its API has every field the pool
+    needs, else the generic ARM resource at the API version the plan names (``PoolPlan.api``). Its AKS name carries a
+    suffix of its immutable fields (:func:`gpufleet.aks.aks_pool_name`): changing one of them makes a new pool before
+    the old one goes."""
+
+    agent_pool: cs.AgentPool | resources.Resource
 
     def __init__(self, name: str, args: GpuPoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("gpufleet:azure:GpuPool", name, None, opts)
         plan, cluster = args.plan, args.cluster
-        tuning, upgrade, spot = plan.tuning, plan.upgrade, plan.spot_settings
-        kubelet = None
-        if plan.kubelet_config:
-            kubelet = cs.KubeletConfigArgs(
-                cpu_manager_policy=tuning.cpu_manager_policy, topology_manager_policy=tuning.topology_manager_policy
-            )
-        linux = None
-        if tuning.transparent_hugepages is not None:
-            linux = cs.LinuxOSConfigArgs(transparent_huge_page_enabled=tuning.transparent_hugepages)
-        self.agent_pool = cs.AgentPool(
-            plan.aks_name,
-            agent_pool_name=plan.aks_name,
-            resource_group_name=cluster.resource_group.name,
-            resource_name_=cluster.cluster.name,
-            mode=cs.AgentPoolMode.USER,
-            type=cs.AgentPoolType.VIRTUAL_MACHINE_SCALE_SETS,
-            os_type=cs.OSType.LINUX,
-            os_sku=cs.OSSKU(plan.os_sku),
-            vm_size=plan.vm_size,
-            orchestrator_version=plan.kubernetes,
-            count=plan.nodes.count,  # AKS requires it with autoscaling too
-            enable_auto_scaling=plan.autoscaling,
-            min_count=plan.nodes.min if plan.autoscaling else None,
-            max_count=plan.nodes.max if plan.autoscaling else None,
-            availability_zones=list(plan.zones) or None,
-            node_taints=list(plan.taints),
-            node_labels=dict(plan.labels),
-            gpu_profile=cs.GPUProfileArgs(driver=cs.GPUDriver(plan.aks_gpu_driver)),
-            gpu_instance_profile=cs.GPUInstanceProfile(plan.mig.gpu_instance_profile)
-            if plan.mig and plan.mig.gpu_instance_profile
-            else None,
-            scale_set_priority=cs.ScaleSetPriority.SPOT if spot else cs.ScaleSetPriority.REGULAR,
-            spot_max_price=spot.max_price if spot else None,
-            scale_set_eviction_policy=cs.ScaleSetEvictionPolicy(spot.eviction_policy) if spot else None,
-            kubelet_config=kubelet,
-            linux_os_config=linux,
-            upgrade_settings=cs.AgentPoolUpgradeSettingsArgs(
-                max_surge=upgrade.max_surge,
-                max_unavailable=upgrade.max_unavailable,
-                drain_timeout_in_minutes=upgrade.drain_timeout_minutes,
-            ),
-            vnet_subnet_id=cluster.subnet_id,
-            enable_node_public_ip=plan.node_public_ip,
-            enable_encryption_at_host=plan.encryption_at_host,
-            tags=plan.tags,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
+        assert plan.api is not None, "an AKS node pool's plan names its API"
+        props = agent_pool_properties(plan)
+        child = pulumi.ResourceOptions(parent=self)
+        if plan.api.generic:
+            self.agent_pool = arm_agent_pool(plan.aks_name, props, plan.api, cluster, child)
+        else:
+            self.agent_pool = sdk_agent_pool(plan.aks_name, props, cluster, child)
         self.register_outputs({"aks_name": self.agent_pool.name})
+
+
+@dataclass(frozen=True)
+class NapPoolArgs:
+    plan: PoolPlan
+    cluster: ClusterPlan
+    provider: k8s.Provider
+
+
+class NapPool(pulumi.ComponentResource):
+    """A ``kind: nap`` pool: its AKSNodeClass and Karpenter NodePool (gpufleet.nap) on the cluster, through the
+    cluster's Kubernetes provider; AKS's node auto-provisioning creates the nodes."""
+
+    objects: list[k8s.apiextensions.CustomResource]
+
+    def __init__(self, name: str, args: NapPoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpufleet:azure:NapPool", name, None, opts)
+        on_cluster = pulumi.ResourceOptions(parent=self, provider=args.provider)
+        self.objects = []
+        for obj in nap_objects(args.plan, args.cluster):
+            depends = pulumi.ResourceOptions(depends_on=list(self.objects))  # the NodePool names its node class
+            self.objects.append(
+                k8s.apiextensions.CustomResource(
+                    f"{name}-{obj['kind'].lower()}",
+                    api_version=obj["apiVersion"],
+                    kind=obj["kind"],
+                    metadata=obj["metadata"],
+                    spec=obj["spec"],
+                    opts=pulumi.ResourceOptions.merge(on_cluster, depends),
+                )
+            )
+        self.register_outputs({"objects": [o.metadata["name"] for o in self.objects]})

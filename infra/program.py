@@ -25,7 +25,7 @@ from gpufleet.metal3 import hosts_from_stack
 from gpufleet.plan import StackPlan, plan_stack
 from gpufleet.spec import StackNotFound, load_stack, resolve_stack
 from gpufleet.spec.models import BaremetalHost
-from infra.aks import ClusterArgs, GpuPool, GpuPoolArgs, RegionalGpuCluster
+from infra.aks import ClusterArgs, GpuPool, GpuPoolArgs, NapPool, NapPoolArgs, RegionalGpuCluster
 from infra.baremetal import secret_config
 from infra.baremetal.metal3 import Metal3Hosts, Metal3HostsArgs, passwords_from_config
 from infra.baremetal.provider import BareMetalHost, BootSpec, HostInputs, SshSpec
@@ -73,6 +73,7 @@ class Program:
 
     cluster: RegionalGpuCluster | None = None
     pools: list[GpuPool] = field(default_factory=list)
+    nap_pools: list[NapPool] = field(default_factory=list)  # kind nap: Karpenter objects on the cluster
     software: GpuSoftware | None = None
     hosts: list[BareMetalHost] = field(default_factory=list)  # engine redfish: one per stack host
     metal3: Metal3Hosts | None = None  # engine metal3
@@ -83,6 +84,7 @@ def pool_outputs(plan: StackPlan) -> list[dict[str, Any]]:
     return [
         {
             "name": p.name,
+            "kind": p.kind,
             "aks_name": p.aks_name,
             "vm_size": p.vm_size,
             "gpu_model": p.gpu_model,
@@ -207,7 +209,7 @@ def build(plan: StackPlan) -> Program:
     if plan.cluster is None:
         return program
     cluster = RegionalGpuCluster(plan.cluster.name, ClusterArgs(plan=plan.cluster))
-    pools = [GpuPool(p.name, GpuPoolArgs(plan=p, cluster=cluster)) for p in plan.pools]
+    pools = [GpuPool(p.name, GpuPoolArgs(plan=p, cluster=cluster)) for p in plan.pools if p.kind == "agentpool"]
     release = plan.cluster.gpu_software
     software = GpuSoftware(
         "gpu-software",
@@ -215,13 +217,14 @@ def build(plan: StackPlan) -> Program:
         # the daemonsets need GPU nodes to land on; the pools' labels must exist before the MIG manager reads them
         opts=pulumi.ResourceOptions(depends_on=[p.agent_pool for p in pools]),
     )
+    nap = [NapPool(p.name, NapPoolArgs(p, plan.cluster, software.provider)) for p in plan.pools if p.kind == "nap"]
     pulumi.export("cluster_name", cluster.cluster.name)
     pulumi.export("cluster_id", cluster.cluster.id)
     pulumi.export("node_resource_group", cluster.cluster.node_resource_group)
     pulumi.export("pools", pool_outputs(plan))
     pulumi.export("gpu_software", {"chart": release.chart, "version": release.version, "namespace": release.namespace})
     pulumi.export("kubeconfig", cluster.kubeconfig)
-    program.cluster, program.pools, program.software = cluster, pools, software
+    program.cluster, program.pools, program.software, program.nap_pools = cluster, pools, software, nap
     return program
 
 

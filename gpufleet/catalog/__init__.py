@@ -178,12 +178,13 @@ class Gpu(_Frozen):
 
 
 # The node OS images AKS offers for Linux GPU pools (learn.microsoft.com/azure/aks/upgrade-os-version): the pool's
-# os_sku picks one of them (Ubuntu2204 -> ubuntu-22.04, Ubuntu2404 -> ubuntu-24.04, AzureLinux/AzureLinux3 ->
-# azurelinux-3; Ubuntu is 22.04 up to Kubernetes 1.34 and 24.04 from 1.35).
+# os_sku picks one of them per Kubernetes version (aks.yaml, gpufleet.catalog.aks). Azure Linux 2.0, what os_sku
+# AzureLinux gave before Kubernetes 1.32, is retired: no size lists it.
 OsImage = Literal["ubuntu-22.04", "ubuntu-24.04", "azurelinux-3"]
 OS_IMAGE_NAMES: dict[str, str] = {
     "ubuntu-22.04": "Ubuntu 22.04",
     "ubuntu-24.04": "Ubuntu 24.04",
+    "azurelinux-2": "Azure Linux 2.0 (retired)",
     "azurelinux-3": "Azure Linux 3",
 }
 
@@ -199,6 +200,9 @@ class VmSize(_Frozen):
     nvlink: bool = Field(description="NVLink between the VM's GPUs (tensor parallelism > 1 without PCIe hops)")
     aks_supported: bool
     aks_mig: bool
+    aks_managed_gpu: bool = Field(
+        default=False, description="AKS can run its managed GPU stack (gpuProfile.nvidia.managementMode Managed)"
+    )
     os_skus: tuple[OsImage, ...] = Field(description="node OS images AKS supports for GPU pools of this size")
     regions: tuple[str, ...] | None = Field(
         default=None, description="regions offering the size; None: not recorded (no region check)"

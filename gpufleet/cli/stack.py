@@ -25,7 +25,7 @@ from gpufleet.cli.common import (
 
 if TYPE_CHECKING:
     from gpufleet.cost import StackCost
-    from gpufleet.plan import StackPlan
+    from gpufleet.plan import PoolPlan, StackPlan
 
 
 def validate(
@@ -204,34 +204,7 @@ def _render_plan(result: StackPlan, costs: StackCost) -> None:
         cr = f" with a {c.operator_cr}" if c.operator_cr else ""
         out.print(f"  GPU software: {release.chart} {release.version}{cr}, namespace {shown(release.namespace)}")
         for p in result.pools:
-            gpus = f"{p.gpu_partition} of a" if p.gpu_partition else f"{p.gpus_per_node} x"
-            ib = ", InfiniBand" if p.infiniband else ""
-            shape = f"{gpus} {p.gpu_model}, {p.vcpus} vCPU, {p.memory_gib:g} GiB{ib}"
-            name = f"[bold]{shown(p.name)}[/bold] (AKS node pool {shown(p.aks_name)})"
-            out.print(f"\n  {name}  {shown(p.vm_size)}: {shape}")
-            n = p.nodes
-            scale = f" (autoscaling {n.min}-{n.max})" if p.autoscaling else ""
-            zones = f", zones {','.join(p.zones)}" if p.zones else ""
-            spot = ", spot" if p.spot else ""
-            total = p.gpus_total
-            out.print(f"    nodes {n.count}{scale}{zones}{spot}; GPUs {total['min']}-{total['max']}")
-            if (pool_cost := costs.pool(p.name)) is not None:
-                out.print(f"    {pool_cost_line(pool_cost, costs)}")
-                for warning in pool_cost.warnings:
-                    out.print(f"    [yellow]warning:[/yellow] {shown(warning)}")
-            out.print(f"    driver {p.driver} (AKS gpuProfile.driver {p.aks_gpu_driver}), os {p.os_sku}")
-            if p.mig:
-                inst = ", ".join(f"{k} x {prof}" for prof, k in (p.mig.instances_per_node or {}).items())
-                tag = p.mig.gpu_instance_profile or p.mig.config_name
-                out.print(f"    MIG ({p.mig.managed_by}-managed, {tag}): {inst} per node")
-            if p.sharing.mode != "none":
-                out.print(f"    sharing {p.sharing.mode}, {p.sharing.replicas} pods per GPU")
-            if p.advertiser != "device-plugin":
-                out.print(f"    advertiser {p.advertiser}" + (", NVLink across nodes" if p.nvlink_multi_node else ""))
-            out.print("    labels " + ", ".join(f"{k}={v}" for k, v in p.labels.items()), markup=False)
-            out.print("    taints " + (", ".join(p.taints) or "none"), markup=False)
-            upgrade = p.upgrade.model_dump(exclude_none=True)
-            out.print("    upgrade " + ", ".join(f"{k} {v}" for k, v in upgrade.items()))
+            _render_pool(p, costs)
     if result.baremetal:
         bm = result.baremetal
         out.print(
@@ -259,6 +232,56 @@ def _render_plan(result: StackPlan, costs: StackCost) -> None:
                     f"    host {shown(h.name)}: BMC {shown(h.bmc.address)} ({shown(who)}), boot {h.boot.source},"
                     f" power {h.power}, SSH {shown(h.ssh.address)}:{h.ssh.port}"
                 )
+
+
+def _api_line(p: PoolPlan) -> str:
+    """How the pool reaches AKS: NAP objects, the SDK's typed AgentPool, or the generic ARM resource at a newer API
+    version (with what needs it, and whether that is a preview API)."""
+    if p.kind == "nap" or p.api is None:
+        from gpufleet.nap import object_name
+
+        return f"node auto-provisioning: Karpenter NodePool and AKSNodeClass {object_name(p)}"
+    if not p.api.generic:
+        return f"AKS API {p.api.version} (typed AgentPool)"
+    kind = "PREVIEW API" if p.api.preview else "API"
+    return f"AKS {kind} {p.api.version} (generic ARM resource) for {', '.join(p.api.needs)}"
+
+
+def _render_pool(p: PoolPlan, costs: StackCost) -> None:
+    from gpufleet.cli.cost import pool_cost_line
+
+    gpus = f"{p.gpu_partition} of a" if p.gpu_partition else f"{p.gpus_per_node} x"
+    ib = ", InfiniBand" if p.infiniband else ""
+    shape = f"{gpus} {p.gpu_model}, {p.vcpus} vCPU, {p.memory_gib:g} GiB{ib}"
+    where = "NAP pool" if p.kind == "nap" else f"AKS node pool {shown(p.aks_name)}"
+    out.print(f"\n  [bold]{shown(p.name)}[/bold] ({where})  {shown(p.vm_size)}: {shape}")
+    n = p.nodes
+    scale = f" (NAP: up to {n.max})" if p.kind == "nap" else f" (autoscaling {n.min}-{n.max})" if p.autoscaling else ""
+    zones = f", zones {','.join(p.zones)}" if p.zones else ""
+    spot = ", spot" if p.spot else ""
+    total = p.gpus_total
+    out.print(f"    nodes {n.count}{scale}{zones}{spot}; GPUs {total['min']}-{total['max']}")
+    if (pool_cost := costs.pool(p.name)) is not None:
+        out.print(f"    {pool_cost_line(pool_cost, costs)}")
+        for warning in pool_cost.warnings:
+            out.print(f"    [yellow]warning:[/yellow] {shown(warning)}")
+    managed = ", GPU stack managed by AKS" if p.gpu_management == "managed" else ""
+    out.print(f"    driver {p.driver} (AKS gpuProfile.driver {p.aks_gpu_driver}), os {p.os_sku}{managed}")
+    out.print(f"    {_api_line(p)}", markup=False)
+    if p.mig:
+        inst = ", ".join(f"{k} x {prof}" for prof, k in (p.mig.instances_per_node or {}).items())
+        tag = p.mig.gpu_instance_profile or p.mig.config_name
+        strategy = f", strategy {p.mig.strategy}" if p.gpu_management == "managed" and p.mig.strategy else ""
+        out.print(f"    MIG ({p.mig.managed_by}-managed, {tag}{strategy}): {inst} per node")
+    if p.sharing.mode != "none":
+        out.print(f"    sharing {p.sharing.mode}, {p.sharing.replicas} pods per GPU")
+    if p.advertiser != "device-plugin":
+        out.print(f"    advertiser {p.advertiser}" + (", NVLink across nodes" if p.nvlink_multi_node else ""))
+    out.print("    labels " + ", ".join(f"{k}={v}" for k, v in p.labels.items()), markup=False)
+    out.print("    taints " + (", ".join(p.taints) or "none"), markup=False)
+    if p.kind == "agentpool":
+        upgrade = p.upgrade.model_dump(exclude_none=True)
+        out.print("    upgrade " + ", ".join(f"{k} {v}" for k, v in upgrade.items()))
 
 
 def _render_baseline(result: StackPlan) -> None:

@@ -4,11 +4,13 @@ values, host groups' node labels); the Pulumi program and the roles only map the
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Literal
 
 from gpufleet.aks import SYSTEM_POOL_TAINT, aks_pool_name
+from gpufleet.aks_api import agent_pool_properties, pool_api
 from gpufleet.baseline import (
     AUDIT_LOG_CATEGORIES,
     AZURE_POLICY_ADDON,
@@ -19,6 +21,7 @@ from gpufleet.baseline import (
     SECRETS_STORE_CONFIG,
 )
 from gpufleet.catalog import Catalog, Gpu, VmSize
+from gpufleet.catalog.aks import load_aks_catalog
 from gpufleet.gpu_software import (
     CHART_PINS,
     CLUSTER_POLICY,
@@ -36,7 +39,14 @@ from gpufleet.gpu_software import (
     operator_cr,
     software_labels,
 )
-from gpufleet.labels import AKS_SPOT_LABEL, AKS_SPOT_TAINT, DEPLOY_DRIVER_LABEL, GPU_MODEL_LABEL, POOL_LABEL
+from gpufleet.labels import (
+    AKS_SPOT_LABEL,
+    AKS_SPOT_TAINT,
+    DEPLOY_DRIVER_LABEL,
+    DEPLOY_OPERANDS_LABEL,
+    GPU_MODEL_LABEL,
+    POOL_LABEL,
+)
 from gpufleet.mig.outputs import (
     DISABLED_CONFIG,
     NamedLayout,
@@ -123,11 +133,13 @@ def layout_profiles(layout: MigLayout) -> tuple[str, ...]:
 
 
 def pool_mig(pool: GpuPool, gpu: Gpu, gpus: int) -> MigPlan | None:
-    """A pool's MIG layout and the instances it gives each node."""
+    """A pool's MIG layout and the instances it gives each node (on a managed pool, with the strategy AKS's device
+    plugin advertises them by)."""
     if isinstance(pool.mig, AksManagedMig):
         per_gpu = aks_instances(gpu, pool.mig.profile, 1)
         layout = MigLayout(config_name="aks", devices=[MigDeviceGroup(profiles=per_gpu)])
-        return mig_plan("aks", layout, gpus, gpu_instance_profile=pool.mig.profile)
+        plan = mig_plan("aks", layout, gpus, gpu_instance_profile=pool.mig.profile)
+        return dataclasses.replace(plan, strategy=pool.mig_strategy) if pool.mig_strategy else plan
     if isinstance(pool.mig, OperatorManagedMig):
         return mig_plan("operator", pool.mig, gpus, config_name=pool.mig.config_name)
     return None
@@ -156,6 +168,10 @@ def pool_labels(
     and AKS's spot label."""
     mig_config = pool.mig.config_name if isinstance(pool.mig, OperatorManagedMig) else None
     labels = {POOL_LABEL: pool.name, GPU_MODEL_LABEL: gpu.name, **pool.labels}
+    if pool.gpu_management == "managed":
+        # AKS runs the device plugin and DCGM exporter there: none of the chart's GPU software may (one owner)
+        labels[DEPLOY_OPERANDS_LABEL] = "false"
+        return labels
     labels |= software_labels(
         chart,
         mig_config=mig_config,
@@ -165,7 +181,7 @@ def pool_labels(
     )
     if operator_driver_in_cluster and pool.driver == "aks":
         labels[DEPLOY_DRIVER_LABEL] = "false"
-    if pool.spot is not None:
+    if pool.spot is not None and pool.kind == "agentpool":  # AKS's own; NAP nodes carry karpenter.sh/capacity-type
         labels[AKS_SPOT_LABEL] = "spot"
     return labels
 
@@ -185,14 +201,12 @@ def pool_plan(
     assert stack.aks is not None
     gpus = size.whole_gpus
     autoscaling = pool.autoscaling
-    nodes = NodeCounts(
-        count=pool.count,
-        min=autoscaling.min if autoscaling else pool.count,
-        max=autoscaling.max if autoscaling else pool.count,
-    )
+    low, now, high = pool.node_range
+    nodes = NodeCounts(count=now, min=low, max=high)
     whole = size.gpu_count.denominator == 1
     sharing = sharing_plan(pool)
-    return PoolPlan(
+    aks_spot = pool.spot is not None and pool.kind == "agentpool"
+    plan = PoolPlan(
         name=pool.name,
         aks_name=aks_pool_name(pool),
         vm_size=size.name,
@@ -214,18 +228,23 @@ def pool_plan(
         node_public_ip=stack.aks.cluster.security.node_public_ip,
         driver=pool.driver,
         aks_gpu_driver=pool.aks_gpu_driver,
-        taints=(*pool.taints, *([AKS_SPOT_TAINT] if pool.spot else [])),
+        taints=(*pool.taints, *([AKS_SPOT_TAINT] if aks_spot else [])),
         labels=pool_labels(pool, gpu, chart, sharing, operator_driver_in_cluster=operator_driver, cr=cr),
         mig=pool_mig(pool, gpu, gpus),
         sharing=sharing,
         upgrade=pool.effective_upgrade,
         tuning=pool.tuning,
         gpus_total={k: _number(size.gpu_count * getattr(nodes, k)) for k in ("count", "min", "max")},
-        tags={"gpufleet-pool": pool.name, "managed-by": "gpufleet"},
+        tags={**pool.tags, "gpufleet-pool": pool.name, "managed-by": "gpufleet"},
         encryption_at_host=stack.aks.cluster.security.encryption_at_host,
         advertiser=pool.advertiser,
         nvlink_multi_node=whole and nvlink_multi_node(gpu, gpus),
+        kind=pool.kind,
+        gpu_management=pool.gpu_management,
     )
+    if pool.kind == "nap":
+        return plan
+    return dataclasses.replace(plan, api=pool_api(agent_pool_properties(plan), load_aks_catalog()))
 
 
 # -- the secure baseline's settings (gpufleet.baseline judges the result) -------------------------------------
@@ -327,6 +346,7 @@ def cluster_plan(
         mig_parted_config=mig_config,
         gpu_software=chart_release(chart, pins, aks.gpu_software, software, aks.gpu_software.namespace),
         operator_cr=cr if chart == GPU_OPERATOR_CHART else None,
+        node_provisioning="Auto" if any(p.kind == "nap" for p in aks.gpu_pools) else "Manual",
     )
     return cluster, tuple(pools)
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from gpufleet.aks_api import PoolApi
 from gpufleet.gpu_software import ChartRelease, GpuWorkload, OperatorCr
 from gpufleet.spec.models import (
     Advertiser,
@@ -166,6 +167,12 @@ class PoolPlan:
     encryption_at_host: bool
     advertiser: Advertiser  # what makes its GPUs allocatable (docs/kubernetes.md)
     nvlink_multi_node: bool  # its GPUs' NVLink domain spans nodes (GB200/GB300 NVL72): DRA ComputeDomains
+    # kind agentpool: an AKS node pool; nap: a Karpenter NodePool of node auto-provisioning (gpufleet.nap)
+    kind: Literal["agentpool", "nap"] = "agentpool"
+    # managed: AKS runs the driver, device plugin and DCGM exporter (gpuProfile.nvidia.managementMode Managed)
+    gpu_management: Literal["unmanaged", "managed"] = "unmanaged"
+    # the AKS API the pool's AgentPool needs (gpufleet.aks_api.pool_api); None for kind nap
+    api: PoolApi | None = None
 
     @property
     def kubelet_config(self) -> bool:
@@ -201,6 +208,8 @@ class ClusterPlan:
     gpu_software: ChartRelease
     # the GPU Operator's custom resource (from the pools' advertisers); None with the standalone device plugin chart
     operator_cr: OperatorCr | None
+    # Auto: node auto-provisioning (Karpenter) is on, for the stack's kind nap pools (nodeProvisioningProfile.mode)
+    node_provisioning: Literal["Manual", "Auto"] = "Manual"
 
     def addon(self, name: str) -> AddonPlan | None:
         """The add-on ``name`` when it is enabled."""

@@ -12,6 +12,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BeforeValidator,
     Field,
     PlainSerializer,
@@ -194,10 +195,15 @@ class MigLayout(StrictModel):
 
 
 class AksManagedMig(StrictModel):
-    """AKS partitions every GPU of the pool with one profile (``gpuInstanceProfile``)."""
+    """AKS partitions every GPU of the pool with one profile (``gpuInstanceProfile``). On a pool with
+    ``gpu_management: managed`` AKS's own device plugin advertises the instances, with ``strategy`` (AKS
+    ``gpuProfile.nvidia.migStrategy``): ``single`` as ``nvidia.com/gpu``, ``mixed`` as ``nvidia.com/mig-<profile>``."""
 
     managed_by: Literal["aks"]
     profile: AksMigProfile
+    strategy: Literal["single", "mixed"] | None = Field(
+        None, description="gpu_management managed only: how AKS's device plugin advertises the instances"
+    )
 
 
 class OperatorManagedMig(MigLayout):
@@ -212,9 +218,15 @@ PoolMig = Annotated[AksManagedMig | OperatorManagedMig, Field(discriminator="man
 # -- AKS -----------------------------------------------------------------------------------------------------
 
 
-# The Linux OS SKUs of AKS's stable API (pulumi_azure_native containerservice.OSSKU, API 2025-09-01); Ubuntu
-# 24.04 is in preview only there.
+# The system pool is inline in the typed ManagedCluster (pulumi_azure_native containerservice, API 2025-09-01), so it
+# takes that API's Linux OS SKUs; GPU pools also take Ubuntu2404, which they get through a newer API version
+# (gpufleet.catalog.aks, docs/kubernetes.md). Which image each gives on which Kubernetes version: aks.yaml.
 OsSku = Literal["Ubuntu", "Ubuntu2204", "AzureLinux", "AzureLinux3"]
+GpuOsSku = Literal["Ubuntu", "Ubuntu2204", "Ubuntu2404", "AzureLinux", "AzureLinux3"]
+# AKS retired the SkipGPUDriverInstall node pool tag on 2025-08-14 (learn.microsoft.com/azure/aks/use-nvidia-gpu,
+# "Skip GPU driver installation"); gpuProfile.driver None replaces it (gpufleet: driver: operator).
+RETIRED_POOL_TAGS = {"SkipGPUDriverInstall": "driver: operator (AKS gpuProfile.driver None)"}
+RESERVED_TAG_KEYS = ("gpufleet-pool", "managed-by")
 
 
 class Autoscaling(StrictModel):
@@ -281,18 +293,47 @@ ADVERTISER_FIELD = Field(
 )
 
 
+def _pool_tags(v: dict[str, str]) -> dict[str, str]:
+    """Azure tags a stack puts on a pool's VMs: not a retired AKS control tag, not one of gpufleet's own."""
+    retired = {k.lower(): (k, replacement) for k, replacement in RETIRED_POOL_TAGS.items()}
+    for key, value in v.items():
+        if key.lower() in retired:
+            name, replacement = retired[key.lower()]
+            raise invalid(f"AKS retired the {name} node pool tag on 2025-08-14; remove it and set {replacement}")
+        if key in RESERVED_TAG_KEYS:
+            raise invalid(f"tag {key!r} is set by gpufleet; reserved: {', '.join(RESERVED_TAG_KEYS)}")
+        if not 1 <= len(key) <= 512 or any(c in key for c in "<>%&\\?/"):
+            raise invalid(f"{key!r} is not an Azure tag name: 1-512 characters, none of < > % & \\ ? /")
+        if len(value) > 256:
+            raise invalid(f"the value of tag {key!r} is longer than Azure's 256 characters")
+    return v
+
+
 class GpuPool(StrictModel):
     name: str
+    kind: Literal["agentpool", "nap"] = Field(
+        "agentpool", description="agentpool: an AKS node pool; nap: node auto-provisioning (a Karpenter NodePool)"
+    )
     vm_size: str
-    count: int = Field(ge=0, le=1000, description="nodes now; AKS requires it even with autoscaling")
+    count: int | None = Field(
+        None, ge=0, le=1000, description="nodes now; AKS requires it even with autoscaling (not for kind nap)"
+    )
+    max_nodes: int | None = Field(None, ge=1, le=1000, description="kind nap only: the most nodes NAP creates")
     autoscaling: Autoscaling | None = None
     scale_to_zero: bool = Field(False, description="allow autoscaling.min = 0")
     zones: list[Zone] = Field(default_factory=list)
     taints: list[Taint] = Field(default_factory=lambda: list(DEFAULT_GPU_TAINTS))
     labels: dict[str, str] = Field(default_factory=dict)
     spot: Spot | None = None
-    os_sku: OsSku = "Ubuntu"
+    os_sku: GpuOsSku = "Ubuntu"
     driver: Literal["aks", "operator"] = Field("aks", description="who installs the NVIDIA driver")
+    gpu_management: Literal["unmanaged", "managed"] = Field(
+        "unmanaged",
+        description="managed: AKS runs the driver, device plugin and DCGM exporter (gpuProfile.nvidia.managementMode)",
+    )
+    tags: Annotated[dict[str, str], AfterValidator(_pool_tags)] = Field(
+        default_factory=dict, description="Azure tags of the pool's VMs, beside gpufleet's"
+    )
     mig: PoolMig | None = None
     sharing: Sharing = Field(default_factory=Sharing)
     tuning: PoolTuning = Field(default_factory=PoolTuning)
@@ -308,10 +349,46 @@ class GpuPool(StrictModel):
             label_value(value)
         return v
 
+    @model_validator(mode="after")
+    def _managed_owns_the_stack(self) -> GpuPool:
+        # "managementMode: Managed requires the driver, so --gpu-driver None is ignored" (aks-managed-gpu-nodes)
+        if self.gpu_management == "managed" and self.driver == "operator":
+            raise invalid(
+                "gpu_management managed: AKS installs the driver, device plugin and DCGM exporter, so the GPU"
+                " Operator cannot own the driver; use driver: aks, or gpu_management: unmanaged"
+            )
+        if isinstance(self.mig, AksManagedMig) and self.mig.strategy is not None and self.gpu_management != "managed":
+            raise invalid(
+                "mig.strategy is the MIG strategy of AKS's own device plugin (gpu_management: managed); without it"
+                " gpufleet's device plugin advertises the instances and picks the strategy itself"
+            )
+        if isinstance(self.mig, OperatorManagedMig) and self.gpu_management == "managed":
+            raise invalid(
+                "gpu_management managed: AKS owns the pool's MIG (mig.managed_by: aks with a strategy); the GPU"
+                " Operator's MIG manager would be a second owner"
+            )
+        return self
+
     @property
     def aks_gpu_driver(self) -> Literal["Install", "None"]:
         """AKS ``gpuProfile.driver``: AKS installs the driver unless the GPU Operator owns it."""
         return "None" if self.driver == "operator" else "Install"
+
+    @property
+    def node_range(self) -> tuple[int, int, int]:
+        """Nodes (min, now, max): the autoscaler's bounds and ``count``; a NAP pool starts empty and grows to
+        ``max_nodes``."""
+        if self.kind == "nap":
+            return 0, 0, self.max_nodes or 0
+        count = self.count or 0
+        return (self.autoscaling.min, count, self.autoscaling.max) if self.autoscaling else (count, count, count)
+
+    @property
+    def mig_strategy(self) -> Literal["single", "mixed"] | None:
+        """The MIG strategy AKS's device plugin uses on a managed pool with AKS MIG (single unless the stack says)."""
+        if self.gpu_management != "managed" or not isinstance(self.mig, AksManagedMig):
+            return None
+        return self.mig.strategy or "single"
 
     @property
     def effective_upgrade(self) -> Upgrade:
@@ -571,6 +648,9 @@ class Aks(StrictModel):
     cluster: Cluster
     gpu_pools: list[GpuPool] = Field(min_length=1)
     gpu_software: GpuSoftware = Field(default_factory=GpuSoftware)
+    preview: bool = Field(
+        False, description="the stack may use AKS preview API fields (AKS-managed GPU pools); plan lists them"
+    )
 
 
 # -- bare metal ----------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from gpufleet import mig
 from gpufleet.aks import aks_pool_name
 from gpufleet.catalog import OS_IMAGE_NAMES, Catalog, Gpu, VmSize
+from gpufleet.catalog.aks import AksCatalog, load_aks_catalog
 from gpufleet.catalog.releases import (
     COMPONENT_PINS,
     GpuOperatorRelease,
@@ -28,6 +29,7 @@ from gpufleet.diagnostics import Finding, Path, did_you_mean, format_path
 from gpufleet.labels import (
     DEPLOY_DEVICE_PLUGIN_LABEL,
     DEPLOY_DRIVER_LABEL,
+    DEPLOY_OPERANDS_LABEL,
     DEVICE_PLUGIN_CONFIG_LABEL,
     DRA_OPERAND_LABELS,
     GPU_PRESENT_LABEL,
@@ -70,19 +72,12 @@ DERIVED_LABELS = {
     MIG_CONFIG_LABEL: "mig.config_name",
     DEVICE_PLUGIN_CONFIG_LABEL: "sharing",
     DEPLOY_DRIVER_LABEL: "driver",
+    DEPLOY_OPERANDS_LABEL: "gpu_management",
     GPU_PRESENT_LABEL: "GPU software (the device plugin chart runs where it is true)",
     DEPLOY_DEVICE_PLUGIN_LABEL: "advertiser (none keeps the device plugin off)",
     **dict.fromkeys(DRA_OPERAND_LABELS, "advertiser (none keeps the DRA driver off)"),
 }
 AKS_RESERVED_LABEL_PREFIXES = ("kubernetes.azure.com/", "kubernetes.io/", "k8s.io/")
-# The node OS images each AKS os_sku can give (learn.microsoft.com/azure/aks/upgrade-os-version): Ubuntu is 22.04 up to
-# Kubernetes 1.34 and 24.04 from 1.35; AzureLinux is Azure Linux 3.0 from 1.32 (2.0 is retired).
-OS_SKU_IMAGES: dict[str, tuple[str, ...]] = {
-    "Ubuntu": ("ubuntu-22.04", "ubuntu-24.04"),
-    "Ubuntu2204": ("ubuntu-22.04",),
-    "AzureLinux": ("azurelinux-3",),
-    "AzureLinux3": ("azurelinux-3",),
-}
 
 
 @dataclass(frozen=True)
@@ -90,6 +85,10 @@ class Context:
     catalog: Catalog
     today: _dt.date
     region: str | None = None  # the stack's region (AKS pools: the size must be offered there)
+    # the stack's Kubernetes version and aks.preview (None: not known, on a partial stack: their rules are skipped)
+    kubernetes: str | None = None
+    preview: bool | None = None
+    aks: AksCatalog = dataclasses.field(default_factory=load_aks_catalog)
     # The stack file's config keys holding a `secure:` value, and those holding a plain one; None when the stack
     # comes without its file (a {secret: KEY} reference is then not checked against it).
     secure_keys: frozenset[str] | None = None
@@ -186,32 +185,158 @@ def _not_offered(size: VmSize, region: str, ctx: Context) -> str:
     return f"{size.name!r} is not offered in {region}; regions offering it: {where}; {there}"
 
 
-def check_os_sku(pool: GpuPool, size: VmSize, gpu: Gpu, path: Path) -> Iterator[Finding]:
-    """The pool's os_sku must give a node OS image AKS supports on the size (Ubuntu: either Ubuntu image)."""
+def _images(sku: str, ctx: Context) -> set[str]:
+    """The node OS images ``sku`` gives on the stack's Kubernetes version (all of its images when not known)."""
+    facts = ctx.aks.os_sku(sku)
+    if ctx.kubernetes is None:
+        return {r.image for r in facts.images}
+    image = facts.image(ctx.kubernetes)
+    return {image} if image is not None else set()
+
+
+def check_os_sku(pool: GpuPool, size: VmSize, gpu: Gpu, path: Path, ctx: Context) -> Iterator[Finding]:
+    """The pool's os_sku is supported on the stack's Kubernetes version and gives a node OS image AKS supports on the
+    size (aks.yaml: which image each SKU gives; azure_vm_sizes.yaml: the size's images)."""
+    facts = ctx.aks.os_sku(pool.os_sku)
+    spath = (*path, "os_sku")
+    if ctx.kubernetes is not None and ctx.kubernetes not in facts.kubernetes:
+        valid = [s.name for s in ctx.aks.os_skus if _images(s.name, ctx) & set(size.os_skus)]
+        yield Finding(
+            spath,
+            f"os_sku {facts.name} is supported on {facts.kubernetes}, not on Kubernetes {ctx.kubernetes};"
+            f" valid here: {', '.join(valid) or 'none for this size'}",
+        )
+        return
     if not size.os_skus:
         return  # not an AKS size: check_pool_size said so
-    images = OS_SKU_IMAGES[pool.os_sku]
-    if set(images) & set(size.os_skus):
+    images = _images(pool.os_sku, ctx)
+    if images & set(size.os_skus):
         return
-    valid = [sku for sku, given in OS_SKU_IMAGES.items() if set(given) & set(size.os_skus)]
-    wanted = " or ".join(OS_IMAGE_NAMES[i] for i in images)
+    valid = [s.name for s in ctx.aks.os_skus if _images(s.name, ctx) & set(size.os_skus)]
+    wanted = " or ".join(OS_IMAGE_NAMES[i] for i in sorted(images))
+    on = f" on Kubernetes {ctx.kubernetes}" if ctx.kubernetes else ""
     yield Finding(
-        (*path, "os_sku"),
+        spath,
         f"{size.name} ({gpu.name}) is not available on {wanted} in AKS; it supports"
-        f" {', '.join(OS_IMAGE_NAMES[i] for i in size.os_skus)}: use os_sku {' or '.join(valid)}",
+        f" {', '.join(OS_IMAGE_NAMES[i] for i in size.os_skus)}: use os_sku {' or '.join(valid)}{on}",
     )
 
 
-def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
-    """Every rule that concerns one GPU pool on its own."""
-    if not AKS_POOL_NAME.fullmatch(pool.name):
-        yield Finding((*path, "name"), f"{pool.name!r} is not an AKS Linux pool name: {AKS_POOL_NAME_RULE}")
+def check_gpu_management(pool: GpuPool, size: VmSize, gpu: Gpu, path: Path, ctx: Context) -> Iterator[Finding]:
+    """AKS's managed GPU stack (preview): only on NVIDIA sizes AKS installs the driver on, and without the cluster
+    autoscaler (learn.microsoft.com/azure/aks/aks-managed-gpu-nodes, Limitations)."""
+    if pool.gpu_management != "managed":
+        return
+    if not size.aks_managed_gpu:
+        sizes = [s.name for s in ctx.catalog.vm_sizes if s.aks_managed_gpu and not s.retired(ctx.today)]
+        yield Finding(
+            (*path, "gpu_management"),
+            f"AKS runs its managed GPU stack only on NVIDIA sizes it installs the driver on, not on {size.name}"
+            f" ({gpu.name}); choose one of {', '.join(sizes)}, or gpu_management: unmanaged",
+        )
+    if pool.autoscaling is not None:
+        yield Finding(
+            (*path, "autoscaling"),
+            "AKS-managed GPU pools take no cluster autoscaler while the feature is in preview: remove autoscaling"
+            " (count sets the nodes), or use gpu_management: unmanaged",
+        )
 
-    size, size_findings = check_pool_size(pool, path, ctx)
-    yield from size_findings
 
-    # Autoscaling: AKS still requires `count`, and it must sit within [min, max].
+def _preview_keys(pool: GpuPool) -> list[tuple[tuple[str, ...], str]]:
+    """The pool's keys that make gpufleet send an AgentPool field, and the field (its path under properties)."""
+    keys: list[tuple[tuple[str, ...], str]] = []
+    if pool.gpu_management == "managed":
+        keys.append((("gpu_management",), "gpuProfile.nvidia.managementMode"))
+        if isinstance(pool.mig, AksManagedMig):
+            keys.append((("mig", "strategy") if pool.mig.strategy else ("mig",), "gpuProfile.nvidia.migStrategy"))
+    return keys
+
+
+def check_preview(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
+    """A field only a preview AKS API has needs ``aks.preview: true`` (the stack says it accepts preview terms)."""
+    if ctx.preview is not False:
+        return
+    api = ctx.aks.api
+    sku = ctx.aks.os_sku(pool.os_sku)
+    fields = [(("os_sku",), f"osSKU {sku.name}")] if sku.api == "preview" else []
+    fields += [(key, f) for key, f in _preview_keys(pool) if ctx.aks.field(f).api == "preview"]
+    for key, what in fields:
+        yield Finding(
+            (*path, *key),
+            f"{what} exists only in AKS preview API {api.preview} (none of {api.sdk} and {api.stable} has it); set"
+            " aks.preview: true to use preview fields (gpufleet plan lists them)",
+        )
+
+
+# What a Karpenter NodePool + AKSNodeClass can say of a pool (gpufleet.nap): the keys of an AKS node pool it has no
+# counterpart for, and why.
+NAP_REFUSED = {
+    "count": "NAP creates nodes for pending pods, up to max_nodes; a nap pool has no count",
+    "autoscaling": "NAP scales the pool itself, from none up to max_nodes",
+    "scale_to_zero": "a nap pool has no nodes until pods need them",
+    "upgrade": "NAP replaces nodes by its disruption rules, not by surge settings",
+}
+# AKSNodeClass imageFamily (karpenter.azure.com/v1beta1): Ubuntu, Ubuntu2204, Ubuntu2404, AzureLinux
+NAP_IMAGE_FAMILIES = ("Ubuntu", "Ubuntu2204", "Ubuntu2404", "AzureLinux")
+
+
+def check_pool_kind(pool: GpuPool, path: Path) -> Iterator[Finding]:
+    """An AKS node pool needs ``count``; a nap pool needs ``max_nodes`` and none of the keys only a node pool has."""
+    if pool.kind == "agentpool":
+        if pool.count is None:
+            yield Finding(
+                (*path, "count"), "missing required key 'count': nodes now (AKS requires it with autoscaling)"
+            )
+        if pool.max_nodes is not None:
+            yield Finding((*path, "max_nodes"), "max_nodes applies to kind nap; an AKS node pool uses autoscaling.max")
+        return
+    set_keys = pool.model_fields_set
+    for key, why in NAP_REFUSED.items():
+        if key in set_keys:
+            yield Finding((*path, key), f"{key} does not apply to kind nap: {why}")
+    if pool.max_nodes is None:
+        yield Finding((*path, "max_nodes"), "missing required key 'max_nodes': the most nodes NAP creates for the pool")
+    if isinstance(pool.mig, AksManagedMig):
+        yield Finding(
+            (*path, "mig"),
+            "AKS MIG (gpuInstanceProfile) is a node pool field a NAP NodePool cannot set: use mig.managed_by: operator,"
+            " or kind agentpool",
+        )
+    if pool.os_sku not in NAP_IMAGE_FAMILIES:
+        yield Finding(
+            (*path, "os_sku"),
+            f"an AKSNodeClass has no image family {pool.os_sku}; use one of {', '.join(NAP_IMAGE_FAMILIES)}"
+            " (AzureLinux is Azure Linux 3 from Kubernetes 1.32)",
+        )
+
+
+def check_nap_cluster(stack: Stack) -> Iterator[Finding]:
+    """Node auto-provisioning is cluster-wide: with it on, AKS creates no autoscaling node pools ("Fixed size Node
+    Pools can still be created, but autoscaling Node Pools cannot be", API NodeProvisioningMode Auto), and NAP does
+    not run with the Calico network policy (learn.microsoft.com/azure/aks/node-auto-provisioning-networking)."""
+    assert stack.aks is not None
+    nap = [p.name for p in stack.aks.gpu_pools if p.kind == "nap"]
+    if not nap:
+        return
+    for i, pool in enumerate(stack.aks.gpu_pools):
+        if pool.kind == "agentpool" and pool.autoscaling is not None:
+            yield Finding(
+                ("aks", "gpu_pools", i, "autoscaling"),
+                f"with node auto-provisioning on (pool {nap[0]!r}, kind nap) AKS creates no autoscaling node pools:"
+                " give this pool a fixed count, or make it kind nap",
+            )
+    if stack.aks.cluster.network.policy == "calico":
+        yield Finding(
+            ("aks", "cluster", "network", "policy"),
+            f"node auto-provisioning (pool {nap[0]!r}) does not support the Calico network policy; use cilium or azure",
+        )
+
+
+def check_pool_scaling(pool: GpuPool, path: Path) -> Iterator[Finding]:
+    """Autoscaling: AKS still requires ``count``, and it must sit within [min, max]; min 0 only when meant."""
     scaling = pool.autoscaling
+    if pool.count is None:
+        return  # a nap pool, or a pool without count: check_pool_kind said which
     if scaling is None:
         if pool.scale_to_zero:
             yield Finding((*path, "scale_to_zero"), "scale_to_zero needs autoscaling (min: 0, max: N)")
@@ -228,6 +353,19 @@ def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
                 (*path, "autoscaling", "min"),
                 "min 0 lets the pool scale to zero nodes; set min >= 1, or scale_to_zero: true to mean it",
             )
+
+
+def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
+    """Every rule that concerns one GPU pool on its own."""
+    if not AKS_POOL_NAME.fullmatch(pool.name):
+        yield Finding((*path, "name"), f"{pool.name!r} is not an AKS Linux pool name: {AKS_POOL_NAME_RULE}")
+
+    size, size_findings = check_pool_size(pool, path, ctx)
+    yield from size_findings
+    yield from check_pool_kind(pool, path)
+    yield from check_preview(pool, path, ctx)
+
+    yield from check_pool_scaling(pool, path)
 
     # Upgrades: AKS gives spot pools no surge nodes.
     if pool.spot is not None and pool.upgrade is not None and pool.upgrade.max_surge is not None:
@@ -254,12 +392,21 @@ def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
         return
     gpu = ctx.catalog.gpu(size.gpu)
 
-    yield from check_os_sku(pool, size, gpu, path)
+    yield from check_os_sku(pool, size, gpu, path, ctx)
+    yield from check_gpu_management(pool, size, gpu, path, ctx)
     yield from check_pool_advertiser(pool, gpu, path)
 
     if pool.mig is not None:
         mpath = (*path, "mig")
-        if gpu.mig is None:
+        strategy = isinstance(pool.mig, AksManagedMig) and pool.mig.strategy is not None
+        if not size.aks_mig and strategy:
+            sizes = sorted(s.name for s in ctx.catalog.vm_sizes if s.aks_mig and not s.retired(ctx.today))
+            yield Finding(
+                (*mpath, "strategy"),
+                f"a MIG strategy needs a MIG-capable size; {size.name} ({gpu.name}) has no AKS MIG; AKS supports"
+                f" MIG on {', '.join(sizes)}",
+            )
+        elif gpu.mig is None:
             yield Finding(mpath, ctx.catalog.no_mig_reason(gpu))
         elif not size.aks_mig:
             sizes = sorted(s.name for s in ctx.catalog.vm_sizes if s.aks_mig and not s.retired(ctx.today))
@@ -343,7 +490,7 @@ def check_cluster_limits(pools: Sequence[GpuPool | None], system: SystemPool | N
             f"{len(pools)} GPU pools and the system pool are {node_pools} node pools; AKS allows at most"
             f" {AKS_MAX_NODE_POOLS} per cluster",
         )
-    most = sum(p.autoscaling.max if p.autoscaling else p.count for p in pools if p is not None)
+    most = sum(p.node_range[2] for p in pools if p is not None)
     most += system.count if system is not None else 0
     if most > AKS_MAX_NODES:
         yield Finding(
@@ -675,8 +822,14 @@ def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
     yield from check_release(stack.release, ctx, aks=stack.aks is not None, baremetal=stack.baremetal is not None)
     yield from check_dra_kubernetes(stack)
     if stack.aks is not None:
-        in_region = dataclasses.replace(ctx, region=stack.region if stack.region in ctx.catalog.region_names else None)
+        in_region = dataclasses.replace(
+            ctx,
+            region=stack.region if stack.region in ctx.catalog.region_names else None,
+            kubernetes=stack.release.kubernetes,
+            preview=stack.aks.preview,
+        )
         yield from check_aks_pools(stack.aks.gpu_pools, stack.aks.cluster.system_pool, in_region)
+        yield from check_nap_cluster(stack)
     if stack.baremetal is not None:
         profiles = dict(stack.tuning_profiles)
         profiles.setdefault("default", TuningProfile())

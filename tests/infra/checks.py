@@ -24,11 +24,13 @@ from gpufleet.labels import (
     POOL_LABEL,
 )
 from gpufleet.spec.models import AksManagedMig, OperatorManagedMig, Stack
+from tests.aks_api_spec import definitions, field_definition
 from tests.charts import PINNED, chart_keys, unknown_keys
 from tests.infra.harness import NAT_IP, Registered
 
 CLUSTER = "azure-native:containerservice:ManagedCluster"
 AGENT_POOL = "azure-native:containerservice:AgentPool"
+ARM_RESOURCE = "azure-native:resources:Resource"  # the generic ARM resource, at an explicit API version
 SUBNET = "azure-native:network:Subnet"
 NAT_GATEWAY = "azure-native:network:NatGateway"
 PUBLIC_IP = "azure-native:network:PublicIPAddress"
@@ -76,6 +78,48 @@ CLUSTER_ENUMS: dict[str, Allowed] = {
 }
 
 
+# The enums of the properties the program sends through the generic ARM resource, as the AKS REST API publishes them
+# at that resource's api version (tests/fixtures/aks-api); fields whose definitions are not vendored are held to the
+# SDK's (API 2025-09-01).
+ARM_POOL_ENUMS = ("osSKU", "gpuInstanceProfile", "gpuProfile.driver", "gpuProfile.nvidia.managementMode",
+                  "gpuProfile.nvidia.migStrategy")  # fmt: skip
+
+
+def agent_pools(resources: list[Registered]) -> list[Registered]:
+    """Every agent pool the program registered, in one shape: the SDK's typed AgentPools as they are, and the generic
+    ARM resources of type managedClusters/agentPools with their ``properties`` as the inputs (plus ``agentPoolName``,
+    the resource's name, and ``apiVersion``)."""
+    out = list(of_type(resources, AGENT_POOL))
+    for r in of_type(resources, ARM_RESOURCE):
+        i = r.inputs
+        if (i.get("resourceProviderNamespace"), i.get("resourceType")) == ("Microsoft.ContainerService", "agentPools"):
+            inputs = {
+                **(i.get("properties") or {}),
+                "agentPoolName": i.get("resourceName"),
+                "apiVersion": i["apiVersion"],
+            }
+            out.append(Registered(r.type, r.name, inputs, r.provider))
+    return out
+
+
+def _arm_enum_problems(pool: Registered) -> list[str]:
+    out = []
+    version = pool.inputs["apiVersion"]
+    for path in ARM_POOL_ENUMS:
+        value = _get(pool.inputs, path)
+        if value is None:
+            continue
+        if path.startswith("gpuProfile."):
+            definition = field_definition(version, path)
+        else:
+            name = {"osSKU": "OSSKU", "gpuInstanceProfile": "GPUInstanceProfile"}[path]
+            definition = definitions(version).get(name)
+        allowed = (definition or {}).get("enum", [])
+        if value not in allowed:
+            out.append(f"AgentPool {pool.name} (API {version}): {path} {value!r} is not one of {allowed}")
+    return out
+
+
 def _get(obj: dict[str, Any], dotted: str) -> Any:
     for key in dotted.split("."):
         if not isinstance(obj, dict) or key not in obj:
@@ -109,8 +153,13 @@ def the(resources: list[Registered], typ: str) -> Registered:
 def enum_problems(resources: list[Registered]) -> list[str]:
     """Every enum-valued input is one of the SDK's (or AKS's documented) values."""
     out = []
-    for pool in of_type(resources, AGENT_POOL):
-        out += _enum_problems(f"AgentPool {pool.name}", pool.inputs, POOL_ENUMS)
+    for pool in agent_pools(resources):
+        if pool.type == ARM_RESOURCE:
+            out += _arm_enum_problems(pool)
+            sdk_enums = {k: v for k, v in POOL_ENUMS.items() if k not in ARM_POOL_ENUMS}
+            out += _enum_problems(f"AgentPool {pool.name}", pool.inputs, sdk_enums)
+        else:
+            out += _enum_problems(f"AgentPool {pool.name}", pool.inputs, POOL_ENUMS)
     for cluster in of_type(resources, CLUSTER):
         out += _enum_problems(f"ManagedCluster {cluster.name}", cluster.inputs, CLUSTER_ENUMS)
         for profile in cluster.inputs.get("agentPoolProfiles", []):
@@ -120,7 +169,7 @@ def enum_problems(resources: list[Registered]) -> list[str]:
 
 def pool_name_problems(resources: list[Registered]) -> list[str]:
     """AKS pool names are valid Linux pool names and unique in the cluster (the system pool included)."""
-    names = [p.inputs.get("agentPoolName") for p in of_type(resources, AGENT_POOL)]
+    names = [p.inputs.get("agentPoolName") for p in agent_pools(resources)]
     for cluster in of_type(resources, CLUSTER):
         names += [p.get("name") for p in cluster.inputs.get("agentPoolProfiles", [])]
     out = [f"pool name {n!r} is not an AKS Linux pool name" for n in names if not AKS_POOL_NAME.fullmatch(str(n))]
@@ -132,7 +181,7 @@ def count_problems(resources: list[Registered]) -> list[str]:
     """``count`` is always set (AKS requires it with autoscaling too) and lies within [min, max]; min/max only with
     autoscaling."""
     out = []
-    for pool in of_type(resources, AGENT_POOL):
+    for pool in agent_pools(resources):
         i, name = pool.inputs, pool.name
         if i.get("count") is None:
             out.append(f"AgentPool {name}: no count")
@@ -166,7 +215,7 @@ def inline_pool_problems(resources: list[Registered], catalog: Catalog) -> list[
 def spot_problems(resources: list[Registered]) -> list[str]:
     """Spot pools get no surge nodes and say how they are evicted; regular pools carry no spot settings."""
     out = []
-    for pool in of_type(resources, AGENT_POOL):
+    for pool in agent_pools(resources):
         i = pool.inputs
         if i.get("scaleSetPriority") == "Spot":
             if _get(i, "upgradeSettings.maxSurge") is not None:
@@ -186,7 +235,7 @@ def spot_problems(resources: list[Registered]) -> list[str]:
 
 
 def _pools_by_spec_name(resources: list[Registered]) -> dict[str, Registered]:
-    return {p.inputs.get("tags", {}).get("gpufleet-pool"): p for p in of_type(resources, AGENT_POOL)}
+    return {p.inputs.get("tags", {}).get("gpufleet-pool"): p for p in agent_pools(resources)}
 
 
 def taint_label_problems(resources: list[Registered], stack: Stack) -> list[str]:
@@ -195,6 +244,8 @@ def taint_label_problems(resources: list[Registered], stack: Stack) -> list[str]
     pools = _pools_by_spec_name(resources)
     out = []
     for spec in stack.aks.gpu_pools:
+        if spec.kind == "nap":
+            continue  # no agent pool: its NodePool carries the labels and taints (tests/infra/test_aks_preview.py)
         pool = pools.get(spec.name)
         if pool is None:
             out.append(f"pool {spec.name}: no AgentPool")
@@ -220,7 +271,7 @@ def taint_label_problems(resources: list[Registered], stack: Stack) -> list[str]
 def driver_problems(resources: list[Registered]) -> list[str]:
     """Who installs the driver agrees between the pools and the Helm values: the operator's driver (and toolkit)
     daemonsets are on exactly when a pool's AKS driver is None, and skip the pools where AKS installs it."""
-    pools = sorted(of_type(resources, AGENT_POOL), key=lambda p: p.name)  # registration order is not fixed
+    pools = sorted(agent_pools(resources), key=lambda p: p.name)  # registration order is not fixed
     release = the(resources, RELEASE)
     values = release.inputs.get("values", {})
     operator_driver = [p for p in pools if _get(p.inputs, "gpuProfile.driver") == "None"]
@@ -340,7 +391,7 @@ def baseline_results(resources: list[Registered], cluster_id: str) -> dict[str, 
     """Each baseline rule, passed (True) or not, judged on the registered ManagedCluster, AgentPools and diagnostic
     settings (``cluster_id``: the cluster's id as the mocks return it)."""
     c = the(resources, CLUSTER).inputs
-    pools = [p.inputs for p in of_type(resources, AGENT_POOL)] + list(c.get("agentPoolProfiles") or [])
+    pools = [p.inputs for p in agent_pools(resources)] + list(c.get("agentPoolProfiles") or [])
     logs, metrics = _enabled_categories(resources, cluster_id)
     addons = c.get("addonProfiles") or {}
     return {

@@ -20,14 +20,19 @@ from tests.conftest import REPO
 from tests.infra import checks
 from tests.infra.harness import KUBECONFIG, NAT_IP, Recorder, Run, run_program
 
+# The project's stacks, and examples/aks/ (AKS-managed GPU, Ubuntu 24.04 and Azure Linux 3 pools, node
+# auto-provisioning: the newer AKS API's cases).
+EXAMPLE_ROOTS = (REPO, REPO / "examples" / "aks")
 
-def _aks_examples() -> dict[str, Stack]:
+
+def _aks_examples() -> dict[str, tuple[Path, Stack]]:
     out = {}
-    for path in stack_files(REPO):
-        loaded = load_stack(REPO / path)
-        assert loaded.ok, loaded.diagnostics
-        if loaded.stack is not None and loaded.stack.aks is not None:
-            out[stack_name_from_file(path)] = loaded.stack
+    for root in EXAMPLE_ROOTS:
+        for path in stack_files(root):
+            loaded = load_stack(root / path.name)
+            assert loaded.ok, loaded.diagnostics
+            if loaded.stack is not None and loaded.stack.aks is not None:
+                out[stack_name_from_file(path)] = (root, loaded.stack)
     return out
 
 
@@ -36,11 +41,12 @@ EXAMPLES = _aks_examples()
 
 @pytest.fixture(scope="module", params=sorted(EXAMPLES))
 def example(request: pytest.FixtureRequest) -> tuple[Stack, Run]:
-    return EXAMPLES[request.param], run_program(request.param)
+    root, stack = EXAMPLES[request.param]
+    return stack, run_program(request.param, root)
 
 
 def test_every_example_stack_with_aks_is_covered():
-    assert {"dev-westeurope", "prod-westeurope", "prod-eastus"} <= set(EXAMPLES)
+    assert {"dev-westeurope", "prod-westeurope", "prod-eastus", "preview-westeurope"} <= set(EXAMPLES)
 
 
 def test_enum_inputs_are_the_sdks_values(example):

@@ -329,8 +329,8 @@ def test_aks_mig_and_azure_linux_support_by_gpu_family(catalog: Catalog):
         family = gpu.name.split("-")[0]
         # AKS MIG: A100, H100 and H200 sizes AKS supports (the confidential NCCads_H100_v5 is not an AKS size)
         assert size.aks_mig == (size.aks_supported and family in ("A100", "H100", "H200")), size.name
-        if family in ("A100", "H100"):
-            assert not size.azure_linux, size.name
+        if family in ("A100", "H100", "H200") and size.aks_supported:
+            assert size.azure_linux, size.name  # Azure Linux 3 since 2026 (azure_vm_sizes.yaml [aks-gpus])
         if size.aks_mig:
             assert gpu.mig_capable
 

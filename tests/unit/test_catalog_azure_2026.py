@@ -98,13 +98,35 @@ def test_confidential_h100_is_marked_and_is_no_aks_size():
     assert not load_catalog().vm_size("Standard_NC40ads_H100_v5").confidential
 
 
-def test_os_images_azure_linux_only_on_v100_and_t4_ubuntu_on_every_aks_nvidia_size():
+# AKS installs the NVIDIA driver on Azure Linux 3 for these series (karpenter-provider-azure supported-gpus.yaml,
+# 2026-07-13), and on Ubuntu only for the Grace (GB200, GB300) and RTX PRO 6000 BSE v6 sizes.
+AZURE_LINUX_SERIES = {
+    "NCv3",
+    "NCasT4_v3",
+    "NVadsA10_v5",
+    "NC_A100_v4",
+    "NCads_H100_v5",
+    "ND_A100_v4",
+    "NDm_A100_v4",
+    "ND_H100_v5",
+    "ND_H200_v5",
+}
+
+
+def test_os_images_azure_linux_3_where_aks_installs_its_driver_ubuntu_on_every_aks_nvidia_size():
     catalog = load_catalog()
     for size in catalog.vm_sizes:
         gpu = catalog.gpu(size.gpu)
         if size.aks_supported and gpu.vendor == "nvidia":
             assert {"ubuntu-22.04", "ubuntu-24.04"} <= set(size.os_skus), size.name
-        assert size.azure_linux == (size.series in ("NCv3", "NCasT4_v3")), size.name
+        assert size.azure_linux == (size.series in AZURE_LINUX_SERIES), size.name
+
+
+def test_the_managed_gpu_stack_is_on_every_aks_nvidia_size_and_no_other():
+    catalog = load_catalog()
+    for size in catalog.vm_sizes:
+        nvidia = catalog.gpu(size.gpu).vendor == "nvidia"
+        assert size.aks_managed_gpu == (size.aks_supported and nvidia), size.name
 
 
 def test_every_recorded_size_region_and_price_region_is_a_catalog_region():
@@ -149,12 +171,15 @@ def test_amd_v710_pool_is_refused_saying_gpufleets_aks_software_is_nvidias():
     ]
 
 
-def test_azure_linux_on_an_h100_size_names_the_os_skus_it_supports():
-    assert _pool_findings("Standard_ND96isr_H100_v5", os_sku="AzureLinux3") == [
-        "aks.gpu_pools[1].os_sku: Standard_ND96isr_H100_v5 (H100-SXM5-80GB) is not available on Azure Linux 3 in AKS;"
-        " it supports Ubuntu 22.04, Ubuntu 24.04: use os_sku Ubuntu or Ubuntu2204"
-    ]
+def test_azure_linux_on_a_gb200_size_names_the_os_skus_it_supports():
+    (finding,) = _pool_findings("Standard_ND128isr_NDR_GB200_v6", os_sku="AzureLinux3")
+    assert finding.startswith(
+        "aks.gpu_pools[1].os_sku: Standard_ND128isr_NDR_GB200_v6 (GB200-186GB) is not available on Azure Linux 3 in"
+        " AKS; it supports Ubuntu 22.04, Ubuntu 24.04: use os_sku Ubuntu or "
+    )
+    assert "AzureLinux" not in finding.split("use os_sku")[1]
     assert _pool_findings("Standard_NC8as_T4_v3", os_sku="AzureLinux") == []
+    assert _pool_findings("Standard_ND96isr_H100_v5", os_sku="AzureLinux3") == []
     assert _pool_findings("Standard_ND128isr_NDR_GB200_v6", os_sku="Ubuntu2204") == []
 
 

@@ -86,13 +86,13 @@ def test_plan_json_and_human():
 
 
 def test_plan_of_an_invalid_stack_plans_nothing_and_exits_1():
-    proc = gpufleet("plan", "tests/fixtures/invalid/azure_linux_with_h100.yaml", "--json")
+    proc = gpufleet("plan", "tests/fixtures/invalid/azure_linux_with_gb200.yaml", "--json")
     assert proc.returncode == 1
     data = json.loads(proc.stdout)
-    assert (data["stack"], data["ok"]) == ("azure_linux_with_h100", False)  # the stack's name, as validate gives it
+    assert (data["stack"], data["ok"]) == ("azure_linux_with_gb200", False)  # the stack's name, as validate gives it
     assert data["errors"][0]["path"] == "aks.gpu_pools[0].os_sku"
-    text = gpufleet("plan", "tests/fixtures/invalid/azure_linux_with_h100.yaml")
-    assert text.stderr.startswith("invalid stack azure_linux_with_h100: nothing planned\n")
+    text = gpufleet("plan", "tests/fixtures/invalid/azure_linux_with_gb200.yaml")
+    assert text.stderr.startswith("invalid stack azure_linux_with_gb200: nothing planned\n")
 
 
 @pytest.mark.parametrize("gpu", ["H100-SXM5-80GB", "10de:2330", "NVIDIA H100 80GB HBM3"])

@@ -193,12 +193,12 @@ def test_all_costs_every_stack_and_a_bare_metal_stack_has_no_cloud_cost(cli):
 
 
 def test_an_invalid_stack_exits_1_with_its_errors_and_bad_usage_exits_2(cli):
-    code, out, _ = cli("cost", "tests/fixtures/invalid/azure_linux_with_h100.yaml", "--json")
+    code, out, _ = cli("cost", "tests/fixtures/invalid/azure_linux_with_gb200.yaml", "--json")
     assert code == 1
     data = json.loads(out)
     assert data["ok"] is False and data["errors"][0]["path"] == "aks.gpu_pools[0].os_sku"
-    code, _, err = cli("cost", "prod-westeurope", "tests/fixtures/invalid/azure_linux_with_h100.yaml")
-    assert code == 1 and "invalid stack azure_linux_with_h100: no cost computed" in err
+    code, _, err = cli("cost", "prod-westeurope", "tests/fixtures/invalid/azure_linux_with_gb200.yaml")
+    assert code == 1 and "invalid stack azure_linux_with_gb200: no cost computed" in err
     assert cli("cost")[0] == 2
     assert cli("cost", "prod-westeurope", "--all")[0] == 2
     assert cli("cost", "no-such-stack")[0] == 2
@@ -292,3 +292,16 @@ def test_promote_preview_and_json_carry_the_cost_line(tmp_path: Path):
     assert cost["note"].startswith("cost: unchanged, the promotion moves only the release block (pinned versions)")
     result = CliRunner().invoke(app, ["promote", "staging-westeurope", "--dry-run", "--root", str(tmp_path)])
     assert "cost: unchanged, the promotion moves only the release block" in result.stdout
+
+
+def test_pools_that_cannot_autoscale_are_not_told_to_and_a_nap_pool_costs_up_to_max_nodes():
+    """AKS-managed GPU pools take no cluster autoscaler (preview), and no node pool autoscales next to NAP: the warning
+    points to a NAP pool or a count of 0 instead, and only where a NAP pool could hold the pool (not AKS MIG)."""
+    loaded = load_stack(REPO / "examples/aks/Pulumi.preview-westeurope.yaml")
+    assert loaded.stack is not None
+    costs = stack_cost(loaded.stack, load_catalog())
+    managed, aks_mig, nap = costs.pool("t4managed"), costs.pool("a100al3"), costs.pool("t4nap")
+    assert managed is not None and aks_mig is not None and nap is not None
+    assert "set autoscaling" not in managed.warnings[0] and "make it kind: nap" in managed.warnings[0]
+    assert "kind: nap" not in aks_mig.warnings[0] and aks_mig.warnings[0].endswith("set count 0 while it idles")
+    assert (nap.nodes_min, nap.nodes_max, nap.autoscaling, nap.warnings) == (0, 4, True, ())
