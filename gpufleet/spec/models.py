@@ -350,22 +350,12 @@ class GpuPool(StrictModel):
         return v
 
     @model_validator(mode="after")
-    def _managed_owns_the_stack(self) -> GpuPool:
-        # "managementMode: Managed requires the driver, so --gpu-driver None is ignored" (aks-managed-gpu-nodes)
-        if self.gpu_management == "managed" and self.driver == "operator":
-            raise invalid(
-                "gpu_management managed: AKS installs the driver, device plugin and DCGM exporter, so the GPU"
-                " Operator cannot own the driver; use driver: aks, or gpu_management: unmanaged"
-            )
+    def _mig_strategy_is_aks_managed(self) -> GpuPool:
+        # the pool's owners (driver, advertiser, MIG) are judged in gpufleet.spec.owners, at the keys that chose them
         if isinstance(self.mig, AksManagedMig) and self.mig.strategy is not None and self.gpu_management != "managed":
             raise invalid(
                 "mig.strategy is the MIG strategy of AKS's own device plugin (gpu_management: managed); without it"
                 " gpufleet's device plugin advertises the instances and picks the strategy itself"
-            )
-        if isinstance(self.mig, OperatorManagedMig) and self.gpu_management == "managed":
-            raise invalid(
-                "gpu_management managed: AKS owns the pool's MIG (mig.managed_by: aks with a strategy); the GPU"
-                " Operator's MIG manager would be a second owner"
             )
         return self
 

@@ -51,6 +51,8 @@ from gpufleet.spec.models import (
     TuningProfile,
     Vgpu,
 )
+from gpufleet.spec.owners import conflicts as owner_conflicts
+from gpufleet.spec.owners import pool_claims
 
 # AKS Linux node pool names: "only lowercase alphanumeric characters and must begin with a lowercase letter...
 # for Linux node pools, the length must be between 1-12 characters" (learn.microsoft.com/azure/aks/create-node-pools).
@@ -366,6 +368,7 @@ def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
     yield from check_preview(pool, path, ctx)
 
     yield from check_pool_scaling(pool, path)
+    yield from owner_conflicts(pool_claims(pool, path))  # one driver, toolkit, advertiser and MIG owner per node
 
     # Upgrades: AKS gives spot pools no surge nodes.
     if pool.spot is not None and pool.upgrade is not None and pool.upgrade.max_surge is not None:

@@ -182,7 +182,10 @@ def test_a_managed_gpu_pool_with_the_autoscaler_or_the_operators_driver_is_refus
         "      - {name: t4, vm_size: Standard_NC4as_T4_v3, count: 1, gpu_management: managed, driver: operator}\n"
     )
     (finding,) = _stack(operator, preview=True)
-    assert "the GPU Operator cannot own the driver; use driver: aks, or gpu_management: unmanaged" in finding
+    assert finding.startswith("aks.gpu_pools[0].driver: driver: the GPU Operator (aks.gpu_pools[0].driver: operator)")
+    assert "use driver: aks (AKS ignores gpuProfile.driver None on a managed pool), or gpu_management: unmanaged" in (
+        finding
+    )
 
 
 def test_a_mig_strategy_belongs_to_a_managed_pool():
