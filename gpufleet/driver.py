@@ -410,7 +410,7 @@ IMEX_RUNNING = ("active", "activating", "reloading", "refreshing")
 def _imex_problems(state: DriverState) -> list[str]:
     """The host's IMEX service where the DRA driver runs ComputeDomains: masked, and not running."""
     unit = state.imex_unit or "the IMEX service"
-    why = "the DRA driver runs the IMEX daemons of this host group's ComputeDomains (advertiser dra, NVLink across hosts)"
+    why = "the DRA driver runs IMEX for this group's ComputeDomains (advertiser dra, NVLink across hosts)"
     problems = []
     if state.imex_enabled not in ("masked", "masked-runtime"):
         problems.append(f"{unit} is {state.imex_enabled or 'not read'}, not masked: {why}")

@@ -148,9 +148,10 @@ def owner_conflicts(seen: dict[str, Any], expected: dict[str, str | None]) -> li
         plan = f"the plan's {concern} is {PLANNED.get(planned, planned)}" if planned else ""
         if len(entries) > 1:
             shown = [_shown(e) for e in entries]
-            names = f"both {shown[0]} and {shown[1]}" if len(shown) == 2 else ", ".join(shown[:-1]) + f" and {shown[-1]}"
+            names = (
+                f"both {shown[0]} and {shown[1]}" if len(shown) == 2 else ", ".join(shown[:-1]) + f" and {shown[-1]}"
+            )
             problems.append(f"{concern}: {names} {_verb(concern, True)}" + (f"; {plan}" if plan else ""))
         elif entries and planned and entries[0].get("owner") != planned:
             problems.append(f"{concern}: {_shown(entries[0])} {_verb(concern, False)}; {plan}")
     return problems
-

@@ -65,7 +65,10 @@ OPERATOR_DRIVER = {
     "proc/mounts": "proc /proc proc rw 0 0\noverlay /run/nvidia/driver overlay rw,relatime 0 0\n",
     "run/nvidia/nvidia-driver.pid": "4242\n",
 }
-DEVICE_PLUGIN = {"var/lib/kubelet/device-plugins/nvidia-gpu.sock": "", "var/lib/kubelet/device-plugins/kubelet.sock": ""}
+DEVICE_PLUGIN = {
+    "var/lib/kubelet/device-plugins/nvidia-gpu.sock": "",
+    "var/lib/kubelet/device-plugins/kubelet.sock": "",
+}
 DRA_PLUGIN = {"var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock": ""}
 DEBIAN_535 = {"nvidia_driver_branch": "535", "nvidia_driver_source": "debian"}
 
@@ -430,7 +433,7 @@ def test_a_running_nvidia_imex_fails_the_driver_check_where_dra_runs_compute_dom
     cells = row(lines, "imex-running")
     assert cells["result"] == "FAIL" and cells["driver"] == "FAIL" and cells["owners"] == "ok"
     (failure,) = failures(lines, "imex-running")
-    why = "the DRA driver runs the IMEX daemons of this host group's ComputeDomains (advertiser dra, NVLink across hosts)"
+    why = "the DRA driver runs IMEX for this group's ComputeDomains (advertiser dra, NVLink across hosts)"
     assert failure == (
         f"  imex-running  driver: nvidia-imex.service is enabled, not masked: {why}; "
         f"nvidia-imex.service is running (active): {why}"

@@ -160,7 +160,11 @@ def test_a_masked_stopped_imex_passes_on_a_compute_domain_host():
 @pytest.mark.parametrize(
     ("enabled", "active", "expected"),
     [
-        ("enabled", "active", ["nvidia-imex.service is enabled, not masked", "nvidia-imex.service is running (active)"]),
+        (
+            "enabled",
+            "active",
+            ["nvidia-imex.service is enabled, not masked", "nvidia-imex.service is running (active)"],
+        ),
         ("not-found", "inactive", ["nvidia-imex.service is not-found, not masked"]),
         ("masked", "active", ["nvidia-imex.service is running (active)"]),  # masked, never stopped
     ],
