@@ -336,6 +336,9 @@ class DriverState:
     persistenced_failed: bool = False
     persistenced_condition: bool = False
     held: bool = False
+    imex_unit: str = ""  # read only where the plan masks it
+    imex_enabled: str = ""
+    imex_active: str = ""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DriverState:
@@ -400,13 +403,36 @@ def _host_problems(state: DriverState, hold: bool) -> list[str]:
     return [message for ok, message in checks if not ok]
 
 
+# systemctl is-active's answers for a unit that runs or is about to
+IMEX_RUNNING = ("active", "activating", "reloading", "refreshing")
+
+
+def _imex_problems(state: DriverState) -> list[str]:
+    """The host's IMEX service where the DRA driver runs ComputeDomains: masked, and not running."""
+    unit = state.imex_unit or "the IMEX service"
+    why = "the DRA driver runs IMEX for this group's ComputeDomains (advertiser dra, NVLink across hosts)"
+    problems = []
+    if state.imex_enabled not in ("masked", "masked-runtime"):
+        problems.append(f"{unit} is {state.imex_enabled or 'not read'}, not masked: {why}")
+    if state.imex_active in IMEX_RUNNING:
+        problems.append(f"{unit} is running ({state.imex_active}): {why}")
+    return problems
+
+
 def driver_problems(
-    state: DriverState, *, branch: str, kernel_modules: str = "open", hold: bool = True, must_be_loaded: bool = True
+    state: DriverState,
+    *,
+    branch: str,
+    kernel_modules: str = "open",
+    hold: bool = True,
+    must_be_loaded: bool = True,
+    mask_imex: bool = False,
 ) -> list[str]:
     """How a host's driver differs from its plan: the module installed for the running kernel is the release's
     ``branch`` with the ``kernel_modules`` asked for; the loaded driver (required when ``must_be_loaded``: the host
     has NVIDIA GPUs) is that one; nouveau is blacklisted (also in the initramfs) and not loaded; nvidia-persistenced
-    is enabled, not failed, and starts only with the driver; the packages are held when ``hold``. Empty when it
+    is enabled, not failed, and starts only with the driver; the packages are held when ``hold``; with ``mask_imex``
+    (the DRA driver runs ComputeDomains here) the host's IMEX service is masked and not running. Empty when it
     matches. The one judgement of a driver: the ``nvidia_driver`` role's verify tasks, ``verify.yml`` (which runs
     them) and ``gpufleet lab verify`` all call this."""
     if kernel_modules not in MODULE_LICENSES:
@@ -416,4 +442,5 @@ def driver_problems(
         *_installed_problems(state, branch, kernel_modules),
         *_loaded_problems(state, branch, kernel_modules, must_be_loaded),
         *_host_problems(state, hold),
+        *(_imex_problems(state) if mask_imex else []),
     ]

@@ -13,6 +13,8 @@ as a module_utils, and ``gpufleet lab verify`` runs it on a host over SSH. Read-
 - ``lsinitramfs boot/initrd.img-KERNEL`` (Debian, Ubuntu) or ``lsinitrd boot/initramfs-KERNEL.img`` (RHEL): the
   blacklist file is in the initramfs
 - ``systemctl is-enabled|is-failed|cat nvidia-persistenced.service``
+- ``systemctl is-enabled|is-active IMEX_UNIT`` when the caller names the IMEX unit (host groups whose ComputeDomains
+  the DRA driver runs: the unit must be masked and stopped there)
 - ``apt-mark showhold`` (the version package held) or ``dnf versionlock list`` (a lock on an nvidia package)
 """
 
@@ -31,7 +33,10 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
     """A command's exit status, stdout and stderr; 127 when it is not installed."""
     if shutil.which(argv[0]) is None:
         return 127, "", f"{argv[0]}: command not found"
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False, timeout=60)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{argv[0]}: timed out after 60 s"
     return done.returncode, done.stdout, done.stderr
 
 
@@ -65,12 +70,20 @@ def _held(version_package: str) -> bool:
     return "nvidia" in out
 
 
+def _imex(unit: str) -> dict[str, str]:
+    if not unit:
+        return {}
+    _, enabled, _ = _run(["systemctl", "is-enabled", unit])
+    _, active, _ = _run(["systemctl", "is-active", unit])
+    return {"imex_unit": unit, "imex_enabled": enabled.strip() or "not-found", "imex_active": active.strip()}
+
+
 def read_driver_state(
-    kernel: str, module: str, nouveau_blacklist: str, version_package: str, root: str = "/"
+    kernel: str, module: str, nouveau_blacklist: str, version_package: str, root: str = "/", imex_unit: str = ""
 ) -> dict[str, Any]:
     """The driver's state for ``kernel``: ``module`` is the kernel module's file name (the driver plan's
     ``kernel_module``), ``nouveau_blacklist`` the modprobe.d file that blacklists nouveau, ``version_package`` the
-    package whose hold keeps the driver's version."""
+    package whose hold keeps the driver's version; ``imex_unit`` (optional) the IMEX service whose state to read."""
     version, version_error = _modinfo(kernel, module, "version")
     license_, license_error = _modinfo(kernel, module, "license")
     _, showconfig, _ = _run(["modprobe", "--showconfig"])
@@ -91,6 +104,7 @@ def read_driver_state(
         "persistenced_failed": failed.strip() == "failed",
         "persistenced_condition": PERSISTENCED_CONDITION in (line.strip() for line in unit.splitlines()),
         "held": _held(version_package),
+        **_imex(imex_unit),
     }
 
 

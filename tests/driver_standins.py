@@ -5,7 +5,9 @@ PATH) and ``proc/driver/nvidia/version`` (below a host root).
 Each answers only the calls driverstate makes, as the real tool does: kmod's ``modinfo -k KERNEL -F FIELD MODULE``
 prints the field, or ``modinfo: ERROR: Module MODULE not found.`` on stderr with exit 1; ``modprobe --showconfig``
 prints the merged configuration; ``lsinitramfs IMAGE`` lists the image's paths; ``systemctl is-enabled`` prints the
-unit's state (exit 0 only when enabled), ``is-failed`` prints its active state (exit 0 only when failed), ``cat``
+unit's state (exit 0 only when enabled; nvidia-imex.service's own, empty when it is not installed),
+``is-active`` prints nvidia-imex.service's active state (exit 0 only when active), ``is-failed`` prints
+nvidia-persistenced's active state (exit 0 only when failed), ``cat``
 prints its unit files with a ``# path`` line before each; ``apt-mark showhold`` prints one held package per line.
 """
 
@@ -39,6 +41,8 @@ class DriverHost:
     persistenced_failed: bool = False
     persistenced_condition: bool = True
     held: tuple[str, ...] = ("nvidia-open",)
+    imex_enabled: str = ""  # systemctl is-enabled nvidia-imex.service ("": not installed)
+    imex_active: str = "inactive"
 
     def install(self, bin_dir: Path, root: Path) -> None:
         """Write the stand-ins into ``bin_dir`` and the host's files below ``root``."""
@@ -62,7 +66,10 @@ class DriverHost:
             "lsinitramfs": f"printf '%s' '.\nusr/lib/modules\n{initramfs}etc/modprobe.d/amd64-microcode.conf\n'\n",
             "systemctl": (
                 'case "$1" in\n'
-                f'  is-enabled) echo "{self.persistenced}"; [ "{self.persistenced}" = enabled ];;\n'
+                '  is-enabled) if [ "$2" = nvidia-imex.service ]; then\n'
+                f'    echo "{self.imex_enabled}"; [ "{self.imex_enabled}" = enabled ]; exit; fi\n'
+                f'    echo "{self.persistenced}"; [ "{self.persistenced}" = enabled ];;\n'
+                f'  is-active) echo "{self.imex_active}"; [ "{self.imex_active}" = active ];;\n'
                 f'  is-failed) if [ "{self.persistenced_failed}" = True ]; then echo failed; exit 0; fi;'
                 " echo inactive; exit 1;;\n"
                 "  cat) printf '%s' '# /usr/lib/systemd/system/nvidia-persistenced.service\n[Service]\n"

@@ -17,6 +17,7 @@ from typing import Any
 
 from gpufleet.gpu_software import CHART_PINS, ChartRelease, label_patch
 from gpufleet.mig.outputs import mig_parted_config
+from gpufleet.owners import HOST_DRIVER, OPERATOR_DRIVER
 from gpufleet.plan.build import baremetal_releases, plan_stack
 from gpufleet.plan.model import StackPlan, plain
 from gpufleet.spec.models import TuningProfile
@@ -95,7 +96,10 @@ def host_view(
     """:func:`stack_view` plus what one host in the inventory groups ``group_names`` gets from its host group
     (:meth:`StackPlan.host_group_of`): the tuning profile (the default one outside every group), the MIG layout
     (``""``: none), and per chart the release ``kubernetes.yml`` installs and the host's node labels. The flags say
-    whether the host roles installed driver and toolkit (the GPU Operator's own daemonsets stay off)."""
+    whether the host roles installed driver and toolkit (the GPU Operator's own daemonsets stay off). The owners the
+    host must show (``verify``'s owners column): ``driver_owner`` (None on hosts without GPUs in their group) and
+    ``advertiser``; ``compute_domains``: the DRA driver runs the IMEX daemons of ComputeDomains on the host, whose
+    own ``nvidia-imex`` service the ``nvidia_driver`` role masks."""
     view = stack_view(plan)
     names = [str(n) for n in group_names]
     group = plan.host_group_of(names)
@@ -116,6 +120,11 @@ def host_view(
         "tuning": plain(group.tuning if group is not None else TuningProfile()),
         "mig_layout": group.mig_layout if group is not None else "",
         "virtualization": plain(group.virtualization) if group is not None and group.virtualization else None,
+        "advertiser": group.advertiser if group is not None else None,
+        "compute_domains": group is not None and group.compute_domains,
+        "driver_owner": (HOST_DRIVER if driver_preinstalled else OPERATOR_DRIVER)
+        if group is not None and group.gpu_model is not None
+        else None,
         "charts": {
             chart: _chart_view(plan, releases[chart], group.node_labels[chart] if group is not None else None)
             for chart in CHART_PINS

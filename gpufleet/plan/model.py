@@ -247,6 +247,12 @@ class HostGroupPlan:
         """The layout the ``mig`` role applies (``""``: none)."""
         return self.mig.config_name or "" if self.mig is not None else ""
 
+    @property
+    def compute_domains(self) -> bool:
+        """The DRA driver runs ComputeDomains on these hosts (advertiser ``dra``, NVLink across hosts): it starts
+        their IMEX daemons itself, so the hosts' own ``nvidia-imex`` service must not run (docs/kubernetes.md)."""
+        return self.advertiser == "dra" and self.nvlink_multi_node
+
 
 @dataclass(frozen=True)
 class BaremetalPlan:

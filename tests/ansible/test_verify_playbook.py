@@ -16,6 +16,7 @@ Python.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -52,6 +53,23 @@ EXTRA_VARS = {
     "gpufleet_stack": "{{ verify_test_stack | default('lab-local') }}",
 }
 BRANCH_580 = {"nvidia_driver_branch": "580"}
+# A bare-metal DRA stack: group nvl72 (GB200 NVL72, NVLink across hosts: ComputeDomains, nvidia-imex masked) and hgx
+NVL72 = "tests/fixtures/owners/Pulumi.prod-nvl72.yaml"
+KERNEL = os.uname().release  # the kernel ansible_facts report here: its modules.dep lists the host's driver
+# What each owner leaves on a host (gpufleet.owners), planted below the host's root: TEST DOUBLES of a DKMS module
+# listed in modules.dep, the GPU Operator's driver root mounted and its lock file, the device plugin's kubelet socket
+# and the DRA kubelet plugin's registration socket (plain files: the check reads names, not sockets)
+HOST_MODULE = {f"lib/modules/{KERNEL}/modules.dep": "updates/dkms/nvidia.ko.xz:\nupdates/dkms/nvidia-uvm.ko.xz: "
+               "updates/dkms/nvidia.ko.xz\nkernel/fs/fuse/fuse.ko.xz:\n"}  # fmt: skip
+OPERATOR_DRIVER = {
+    "proc/mounts": "proc /proc proc rw 0 0\noverlay /run/nvidia/driver overlay rw,relatime 0 0\n",
+    "run/nvidia/nvidia-driver.pid": "4242\n",
+}
+DEVICE_PLUGIN = {
+    "var/lib/kubelet/device-plugins/nvidia-gpu.sock": "",
+    "var/lib/kubelet/device-plugins/kubelet.sock": "",
+}
+DRA_PLUGIN = {"var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock": ""}
 DEBIAN_535 = {"nvidia_driver_branch": "535", "nvidia_driver_source": "debian"}
 
 pytestmark = pytest.mark.skipif(not NODE0_2M.exists(), reason="this machine has no 2 MiB hugepage counter on node 0")
@@ -83,6 +101,7 @@ class Scenario:
     group: str | None = None
     stack: str | None = None
     ssh_port: int | None = None  # an SSH host at 127.0.0.1:PORT instead of a local connection
+    planted: dict[str, str] = field(default_factory=dict)  # files below the host's root: path -> content
 
 
 def debian_module(installed: str) -> Tools:
@@ -98,9 +117,12 @@ EVERY_CHECK_FAILS = Tools(
     dcgm_rc=226,
 )
 DOWN = Scenario("down", "UNREACHABLE", tools=None, variables={}, ssh_port=1)
+IMEX_MASKED = Tools(DriverHost(imex_enabled="masked"))
 PASSING = [
     Scenario("planned", "ok"),
     Scenario("debian-open", "ok", tools=debian_module("nvidia-current-open"), variables=DEBIAN_535),
+    # one owner each, the planned ones: the host's driver, the DRA kubelet plugin; nvidia-imex masked
+    Scenario("nvl72-dra", "ok", tools=IMEX_MASKED, group="nvl72", stack=NVL72, planted=HOST_MODULE | DRA_PLUGIN),
 ]
 FAILING = [
     Scenario("debian-proprietary", "FAIL", tools=debian_module("nvidia-current"), variables=DEBIAN_535),
@@ -111,6 +133,13 @@ FAILING = [
     # no stand-ins: without an NVIDIA GPU, a driver branch or dcgmi, the NVIDIA checks do not apply
     Scenario("mig-group", "FAIL", tools=None, variables={}, group="hgx_small",
              stack="tests/fixtures/gpu-software/Pulumi.prod-onprem.yaml"),
+    # a second owner planted: the GPU Operator's driver container beside the host's driver, the device plugin beside
+    # the DRA kubelet plugin; and a running nvidia-imex where the DRA driver runs ComputeDomains
+    Scenario("two-drivers", "FAIL", group="hgx", stack=NVL72, planted=HOST_MODULE | OPERATOR_DRIVER),
+    Scenario("two-advertisers", "FAIL", tools=IMEX_MASKED, group="nvl72", stack=NVL72,
+             planted=DEVICE_PLUGIN | DRA_PLUGIN),
+    Scenario("imex-running", "FAIL", tools=Tools(DriverHost(imex_enabled="enabled", imex_active="active")),
+             group="nvl72", stack=NVL72),
 ]  # fmt: skip
 LIMITED_OUT = "other"  # in the failing run's inventory, left out by --limit
 
@@ -145,6 +174,7 @@ def install_tools(tmp_path: Path, tools: Tools) -> dict[str, Any]:
     return {
         "ansible_python_interpreter": str(python),
         "nvidia_driver_host_root": str(tmp_path / "root"),
+        "gpufleet_host_root": str(tmp_path / "root"),
         "nvidia_driver_secure_boot": False,
     }
 
@@ -157,6 +187,9 @@ def host_vars(tmp_path: Path, scenario: Scenario) -> dict[str, Any]:
     else:
         connection = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     tools = install_tools(tmp_path / scenario.host, scenario.tools) if scenario.tools else {}
+    for path, content in scenario.planted.items():
+        (tmp_path / scenario.host / "root" / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / scenario.host / "root" / path).write_text(content)
     stack = {"verify_test_stack": scenario.stack} if scenario.stack else {}
     return connection | tools | scenario.variables | stack | {"verify_test_plan": plan(scenario)}
 
@@ -166,7 +199,10 @@ def run_verify(tmp_path: Path, scenarios: list[Scenario], *args: str) -> tuple[i
     (tmp_path / "kubelet.conf").write_text(KUBELET)
     hosts = {s.host: host_vars(tmp_path, s) for s in scenarios if s.group is None}
     hosts[LIMITED_OUT] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    groups = {s.group: {"hosts": {s.host: host_vars(tmp_path, s)}} for s in scenarios if s.group}
+    groups: dict[str, dict[str, Any]] = {}
+    for s in scenarios:
+        if s.group:
+            groups.setdefault(s.group, {"hosts": {}})["hosts"][s.host] = host_vars(tmp_path, s)
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(json.dumps({"all": {"hosts": hosts, "children": groups}}))  # JSON is YAML
     variables = EXTRA_VARS | {"numa_pinning_kubelet_dropin": str(tmp_path / "kubelet.conf")}
@@ -235,6 +271,7 @@ def test_hosts_in_their_planned_state_pass_every_check(passing_run):
         "sriov": "skip",
         "vfio": "skip",
         "driver": "ok",
+        "owners": "ok",
         "persistence": "ok",
         "mig": "skip",
         "dcgm": "ok",
@@ -342,6 +379,7 @@ def test_host_of_a_group_with_a_mig_layout_is_checked_against_that_layout(failin
         "sriov": "skip",
         "vfio": "skip",
         "driver": "skip",
+        "owners": "ok",
         "persistence": "skip",
         "mig": "FAIL",
         "dcgm": "skip",
@@ -351,3 +389,52 @@ def test_host_of_a_group_with_a_mig_layout_is_checked_against_that_layout(failin
     reasons = skips(lines, "mig-group")
     assert reasons["driver"] == reasons["persistence"] == "no NVIDIA GPU, and nvidia_driver_branch is not set"
     assert reasons["dcgm"] == "dcgmi is not installed"
+
+
+def test_a_dra_host_with_one_owner_each_and_imex_masked_passes(passing_run):
+    rc, output = passing_run
+    assert rc == 0, output[-4000:]
+    cells = row(table(output), "nvl72-dra")
+    assert cells["result"] == "ok" and cells["owners"] == "ok" and cells["driver"] == "ok"
+
+
+def test_the_operators_driver_container_beside_the_hosts_driver_fails_owners(failing_run):
+    rc, output = failing_run
+    assert rc == 2, output[-4000:]
+    lines = table(output)
+    cells = row(lines, "two-drivers")
+    assert cells["result"] == "FAIL" and cells["owners"] == "FAIL"
+    assert cells["driver"] == "ok"  # the host's driver itself is the planned one
+    assert failures(lines, "two-drivers") == [
+        "  two-drivers  owners: driver: both the host's NVIDIA driver "
+        f"(/lib/modules/{KERNEL}/updates/dkms/nvidia.ko.xz) and the GPU Operator's driver container "
+        "(/run/nvidia/driver mounted, /run/nvidia/nvidia-driver.pid) own the driver; the plan's driver is the host's "
+        "(the nvidia_driver role)"
+    ]
+
+
+def test_the_device_plugin_beside_the_dra_kubelet_plugin_fails_owners(failing_run):
+    rc, output = failing_run
+    assert rc == 2, output[-4000:]
+    lines = table(output)
+    cells = row(lines, "two-advertisers")
+    assert cells["result"] == "FAIL" and cells["owners"] == "FAIL" and cells["driver"] == "ok"
+    assert failures(lines, "two-advertisers") == [
+        "  two-advertisers  owners: advertiser: both the device plugin "
+        "(/var/lib/kubelet/device-plugins/nvidia-gpu.sock) and the DRA kubelet plugin "
+        "(/var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock) are registered; the plan's advertiser is dra"
+    ]
+
+
+def test_a_running_nvidia_imex_fails_the_driver_check_where_dra_runs_compute_domains(failing_run):
+    rc, output = failing_run
+    assert rc == 2, output[-4000:]
+    lines = table(output)
+    cells = row(lines, "imex-running")
+    assert cells["result"] == "FAIL" and cells["driver"] == "FAIL" and cells["owners"] == "ok"
+    (failure,) = failures(lines, "imex-running")
+    why = "the DRA driver runs IMEX for this group's ComputeDomains (advertiser dra, NVLink across hosts)"
+    assert failure == (
+        f"  imex-running  driver: nvidia-imex.service is enabled, not masked: {why}; "
+        f"nvidia-imex.service is running (active): {why}"
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,40 @@ for d in /sys/bus/pci/devices/*; do echo "$d $(readlink $d/driver) $(cat $d/driv
 echo "thp $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
 grep hugetlbfs /proc/mounts || true
 grep Cpus_allowed_list /proc/1/status
+"""
+
+ADVERTISER_SOCKETS = (
+    "/var/lib/kubelet/device-plugins/nvidia-gpu.sock",
+    "/var/lib/kubelet/plugins_registry/gpu.nvidia.com-reg.sock",
+)
+PLANT_SOCKETS = (
+    "import os, socket, sys\n"
+    "for path in sys.argv[1:]:\n"
+    "    os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+    "    socket.socket(socket.AF_UNIX).bind(path)\n"
+)
+IMEX_UNIT_FILE = "/usr/lib/systemd/system/nvidia-imex.service"  # a package's unit: `systemctl mask` replaces it
+IMEX_STANDIN = (
+    "[Unit]",
+    "Description=TEST DOUBLE of nvidia-imex (gpufleet lab test): a oneshot unit running /bin/true",
+    "[Service]",
+    "Type=oneshot",
+    "RemainAfterExit=yes",
+    "ExecStart=/bin/true",
+    "[Install]",
+    "WantedBy=multi-user.target",
+)
+IMEX_PLAY = """
+- name: The nvidia_driver role's imex tasks, as site.yml runs them on a DRA ComputeDomain host group
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Mask nvidia-imex (what the plan's compute_domains sets for advertiser dra with NVLink across hosts)
+      ansible.builtin.include_role:
+        name: nvidia_driver
+        tasks_from: imex
+      vars:
+        nvidia_driver_mask_imex: true
 """
 
 
@@ -261,13 +296,44 @@ class TestLab:
         host = lab_hosts["result"].hosts[0]
         pages = "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"
         remote(host, f"echo 10 > {pages}")
+        # and a second GPU advertiser: TEST DOUBLES of the device plugin's kubelet socket and the DRA kubelet plugin's
+        # registration socket (unix sockets nothing listens on; verify reads what is registered, as the kubelet does)
+        remote(host, f"python3 -c {shlex.quote(PLANT_SOCKETS)} {' '.join(ADVERTISER_SOCKETS)}")
         try:
             result = verify(lab_hosts)
             assert result.rc == 2, result.output[-3000:]
             assert f"{host.name}  hugepages: NUMA node 0 has 10 hugepages of 2048 kB; the plan is 64" in result.output
+            # the same run's owners column: both advertisers named, against the lab group's plan (the default)
+            assert (
+                f"{host.name}  owners: advertiser: both the device plugin ({ADVERTISER_SOCKETS[0]}) and the DRA kubelet"
+                f" plugin ({ADVERTISER_SOCKETS[1]}) are registered; the plan's advertiser is device-plugin"
+            ) in result.output
             assert "1 of 2 host(s) failed verification" in result.output
         finally:
-            remote(host, f"echo 64 > {pages}")
+            remote(host, f"echo 64 > {pages}; rm -f {' '.join(ADVERTISER_SOCKETS)}")
+
+    def test_the_driver_role_masks_nvidia_imex_where_dra_runs_compute_domains(self, lab_hosts, tmp_path):
+        """The driver role's imex tasks alone, on a host with a TEST DOUBLE of nvidia-imex.service (a oneshot unit
+        running /bin/true, enabled and started, where the nvidia-imex package puts its unit), with the variable
+        site.yml sets on a host group whose advertiser is dra and whose NVLink spans hosts: masked and stopped; a
+        second run changes nothing. No package, no reboot."""
+        host = lab_hosts["result"].hosts[0]
+        remote(host, f"printf '%s\\n' {' '.join(shlex.quote(line) for line in IMEX_STANDIN)} > {IMEX_UNIT_FILE}"
+                     " && systemctl daemon-reload && systemctl enable --now nvidia-imex.service")  # fmt: skip
+        assert remote(host, "systemctl is-active nvidia-imex.service").strip() == "active"
+        play = tmp_path / "imex.yml"
+        play.write_text(IMEX_PLAY)
+        try:
+            first = run_playbook(play, lab_hosts["inventory"], limit=host.name, repo=REPO)
+            assert first.rc == 0, first.output[-3000:]
+            assert first.recap[host.name]["changed"] == 2, first.output[-3000:]  # masked, stopped
+            state = remote(host, "systemctl is-enabled nvidia-imex.service; systemctl is-active nvidia-imex.service; :")
+            assert state.split() == ["masked", "inactive"]
+            second = run_playbook(play, lab_hosts["inventory"], limit=host.name, repo=REPO)
+            assert second.rc == 0 and second.recap[host.name]["changed"] == 0, second.output[-3000:]
+        finally:  # the later steps' hosts as they were
+            remote(host, "systemctl unmask nvidia-imex.service; systemctl disable --now nvidia-imex.service;"
+                         f" rm -f {IMEX_UNIT_FILE}; systemctl daemon-reload")  # fmt: skip
 
     def test_bare_metal_host_create_boots_a_powered_off_host_through_redfish_with_its_facts(self, lab_hosts, capfd):
         """The BareMetalHost provider's CRUD against the lab's BMC: wrong password and wrong serial refused in one

@@ -60,8 +60,8 @@ def gpufleet_nvidia_driver_plan(facts: dict[str, Any], options: dict[str, Any]) 
 
 def gpufleet_driver_problems(state: dict[str, Any], options: dict[str, Any]) -> list[str]:
     """How the host's driver (``nvidia_driver_state``'s ``state``) differs from its plan
-    (gpufleet.driver.driver_problems; ``options``: branch, kernel_modules, hold, must_be_loaded); empty when it
-    matches."""
+    (gpufleet.driver.driver_problems; ``options``: branch, kernel_modules, hold, must_be_loaded, mask_imex); empty
+    when it matches."""
     from gpufleet.driver import DriverState, driver_problems
 
     options = plain_data(options)
@@ -71,6 +71,7 @@ def gpufleet_driver_problems(state: dict[str, Any], options: dict[str, Any]) -> 
         kernel_modules=str(options.get("kernel_modules", "open")),
         hold=bool(options.get("hold", True)),
         must_be_loaded=bool(options.get("must_be_loaded", True)),
+        mask_imex=bool(options.get("mask_imex", False)),
     )
 
 

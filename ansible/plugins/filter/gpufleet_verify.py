@@ -100,6 +100,14 @@ def gpufleet_dcgm_failures(stdout: str, rc: int = 0, error: str = "") -> list[st
     return failures
 
 
+def gpufleet_owner_conflicts(owners: Any, expected: Any) -> list[str]:
+    """The owners the host shows (``gpu_owners``' ``owners``) against its plan (``expected``: ``{driver,
+    advertiser}``, from the host view's ``driver_owner`` and ``advertiser``): gpufleet.owners.owner_conflicts."""
+    from gpufleet.owners import owner_conflicts
+
+    return owner_conflicts(plain_data(owners) or {}, plain_data(expected) or {})
+
+
 # -- one table for every host -----------------------------------------------------------------------------------
 
 
@@ -222,5 +230,6 @@ class FilterModule:
             "gpufleet_verify_failure": gpufleet_verify_failure,
             "gpufleet_persistence_mismatches": gpufleet_persistence_mismatches,
             "gpufleet_dcgm_failures": gpufleet_dcgm_failures,
+            "gpufleet_owner_conflicts": gpufleet_owner_conflicts,
             "gpufleet_verify_report": gpufleet_verify_report,
         }

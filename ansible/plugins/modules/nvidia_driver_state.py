@@ -36,6 +36,10 @@ options:
     description: Root of the files read (C(/proc), C(/sys), C(/boot)); C(/) on a host, a recorded tree in tests.
     type: path
     default: /
+  imex_unit:
+    description: The IMEX service whose state to read (C(systemctl is-enabled), C(is-active)); empty reads none.
+    type: str
+    default: ""
 author:
   - gpufleet contributors
 """
@@ -54,7 +58,7 @@ RETURN = r"""
 state:
   description: kernel, module, module_version, module_license, module_error, proc_version, nouveau_loaded,
     nouveau_blacklisted, initramfs_blacklist, persistenced_enabled, persistenced_failed, persistenced_condition,
-    held.
+    held; with I(imex_unit): imex_unit, imex_enabled (C(not-found) when systemctl prints nothing), imex_active.
   returned: always
   type: dict
 """
@@ -71,11 +75,14 @@ def main() -> None:
             "nouveau_blacklist": {"type": "str", "required": True},
             "version_package": {"type": "str", "default": ""},
             "host_root": {"type": "path", "default": "/"},
+            "imex_unit": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
     p = module.params
-    state = read_driver_state(p["kernel"], p["module"], p["nouveau_blacklist"], p["version_package"], p["host_root"])
+    state = read_driver_state(
+        p["kernel"], p["module"], p["nouveau_blacklist"], p["version_package"], p["host_root"], p["imex_unit"]
+    )
     module.exit_json(changed=False, state=state)
 
 
