@@ -58,7 +58,7 @@ RETURN = r"""
 state:
   description: kernel, module, module_version, module_license, module_error, proc_version, nouveau_loaded,
     nouveau_blacklisted, initramfs_blacklist, persistenced_enabled, persistenced_failed, persistenced_condition,
-    held; with I(imex_unit): imex_unit, imex_enabled (C(not-found) when systemctl prints nothing), imex_active.
+    held; with I(imex_unit) also imex_unit, imex_enabled (C(not-found) when systemctl prints nothing), imex_active.
   returned: always
   type: dict
 """
