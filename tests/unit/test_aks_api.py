@@ -21,6 +21,7 @@ from gpufleet.spec import load_stack, load_stack_text
 from gpufleet.spec.models import GpuOsSku
 from tests.aks_api_spec import definitions, enum, field_definition
 from tests.conftest import REPO, TODAY
+from tests.stacks import release_block
 
 AKS = load_aks_catalog()
 PREVIEW_STACK = REPO / "examples" / "aks" / "Pulumi.preview-westeurope.yaml"
@@ -134,16 +135,7 @@ def _stack(pools: str, *, preview: bool = False, kubernetes: str = "1.34") -> li
     text = f"""config:
   gpufleet:stage: dev
   gpufleet:region: westeurope
-  gpufleet:release:
-    kubernetes: "{kubernetes}"
-    gpu_operator: v26.7.0
-    device_plugin: v0.20.0
-    driver_branch: "595"
-    mig_parted: v0.15.0
-    container_toolkit: v1.20.0
-    dra_driver: v0.5.0
-    nfd: v0.19.0
-  gpufleet:aks:
+{release_block(kubernetes=kubernetes)}  gpufleet:aks:
     preview: {str(preview).lower()}
     cluster:
       network: {{vnet_cidr: 10.0.0.0/16, subnet_cidr: 10.0.0.0/20}}

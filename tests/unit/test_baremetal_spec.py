@@ -20,6 +20,7 @@ from gpufleet.cli import app
 from gpufleet.inventory import InventoryError, inventory_from_document, stack_inventory
 from gpufleet.spec import dump_stack, load_stack, load_stack_text
 from tests.conftest import REPO, TODAY
+from tests.stacks import release_block
 
 EXAMPLE = REPO / "examples/baremetal/Pulumi.prod-onprem.yaml"
 SECURE = "v1:RVhBTVBMRQ==:cmVwbGFjZSBtZSB3aXRoIHB1bHVtaSBjb25maWcgc2V0IC0tc2VjcmV0"
@@ -35,16 +36,7 @@ def stack_text(hosts: str, *, groups: str = "", extra: str = "", baremetal: str 
     return f"""config:
   gpufleet:stage: prod
   gpufleet:region: onprem
-  gpufleet:release:
-    kubernetes: "1.36"
-    gpu_operator: v26.7.0
-    device_plugin: v0.20.0
-    driver_branch: "595"
-    mig_parted: v0.15.0
-    container_toolkit: v1.20.0
-    dra_driver: v0.5.0
-    nfd: v0.19.0
-  gpufleet:bmc_password:
+{release_block()}  gpufleet:bmc_password:
     secure: {SECURE}
 {extra}  gpufleet:baremetal:
     inventory: inventories/prod-onprem

@@ -18,6 +18,7 @@ from gpufleet.spec import load_stack, load_stack_text
 from gpufleet.spec.types import LABEL_KEY_RE
 from tests.charts import CHARTS_DIR, crd_errors, crd_validator, needs_charts
 from tests.conftest import REPO, TODAY
+from tests.stacks import release_block
 
 DRA_STACK = REPO / "examples" / "dra" / "Pulumi.dev-eastus2.yaml"
 
@@ -49,16 +50,7 @@ def _stack_text(group: str, kubernetes: str = "1.36") -> str:
     return f"""config:
   gpufleet:stage: prod
   gpufleet:region: onprem
-  gpufleet:release:
-    kubernetes: "{kubernetes}"
-    gpu_operator: v26.7.0
-    device_plugin: v0.20.0
-    driver_branch: "595"
-    mig_parted: v0.15.0
-    container_toolkit: v1.20.0
-    dra_driver: v0.5.0
-    nfd: v0.19.0
-  gpufleet:baremetal:
+{release_block(kubernetes=kubernetes)}  gpufleet:baremetal:
     inventory: inventories/lab-local
     host_groups:
 {group}"""

@@ -27,6 +27,7 @@ from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack_text
 from tests.charts import chart_keys, needs_charts, unknown_keys
+from tests.stacks import release_block
 
 MIG_CONFIG = {
     "version": "v1",
@@ -138,20 +139,14 @@ def test_daemonsets_tolerate_the_gpu_nodes_taints():
     assert values["dcgmExporter"] == {"serviceMonitor": {"enabled": True}}
 
 
-BAREMETAL_MIG_STACK = """
+BAREMETAL_MIG_STACK = (
+    """
 config:
   gpufleet:stage: prod
   gpufleet:region: onprem
-  gpufleet:release:
-    kubernetes: "1.36"
-    gpu_operator: v26.7.0
-    device_plugin: v0.20.0
-    driver_branch: "595"
-    mig_parted: v0.15.0
-    container_toolkit: v1.20.0
-    dra_driver: v0.5.0
-    nfd: v0.19.0
-  gpufleet:baremetal:
+"""
+    + release_block()
+    + """  gpufleet:baremetal:
     inventory: inventories/prod-onprem
     host_groups:
       - name: hgx
@@ -162,6 +157,7 @@ config:
           devices:
             - {gpus: [0, 1, 2, 3], profiles: {3g.40gb: 2}}
 """
+)
 
 
 def test_bare_metal_values_come_from_the_host_groups_plan(catalog):

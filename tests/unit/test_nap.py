@@ -13,20 +13,15 @@ from gpufleet.spec import load_stack_text
 from tests.aks_api_spec import karpenter_validator
 from tests.charts import crd_errors
 from tests.conftest import TODAY
+from tests.stacks import release_block
 
-STACK = """config:
+STACK = (
+    """config:
   gpufleet:stage: dev
   gpufleet:region: westeurope
-  gpufleet:release:
-    kubernetes: "1.36"
-    gpu_operator: v26.7.0
-    device_plugin: v0.20.0
-    driver_branch: "595"
-    mig_parted: v0.15.0
-    container_toolkit: v1.20.0
-    dra_driver: v0.5.0
-    nfd: v0.19.0
-  gpufleet:aks:
+"""
+    + release_block()
+    + """  gpufleet:aks:
     preview: true
     cluster:
       network: {vnet_cidr: 10.0.0.0/16, subnet_cidr: 10.0.0.0/20}
@@ -51,6 +46,7 @@ STACK = """config:
         max_nodes: 1
         gpu_management: managed
 """
+)
 
 
 def _plan() -> tuple[ClusterPlan, dict[str, PoolPlan]]:

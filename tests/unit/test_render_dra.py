@@ -24,6 +24,7 @@ from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack, load_stack_text
 from tests.charts import CHARTS_DIR, crd_errors, crd_validator, needs_charts
 from tests.conftest import REPO, TODAY, cli
+from tests.stacks import release_block
 
 pytestmark = needs_charts
 
@@ -214,19 +215,13 @@ def test_the_operators_driver_on_a_dra_pool_comes_from_an_nvidia_driver_cr(catal
     assert result.problems == []
 
 
-ONPREM_DRA = """config:
+ONPREM_DRA = (
+    """config:
   gpufleet:stage: prod
   gpufleet:region: onprem
-  gpufleet:release:
-    kubernetes: "1.36"
-    gpu_operator: v26.7.0
-    device_plugin: v0.20.0
-    driver_branch: "595"
-    mig_parted: v0.15.0
-    container_toolkit: v1.20.0
-    dra_driver: v0.5.0
-    nfd: v0.19.0
-  gpufleet:baremetal:
+"""
+    + release_block()
+    + """  gpufleet:baremetal:
     inventory: inventories/lab-local
     host_groups:
       - name: gb200
@@ -235,6 +230,7 @@ ONPREM_DRA = """config:
         advertiser: dra
       - name: cpu
 """
+)
 
 
 @pytest.mark.parametrize("chart", [GPU_OPERATOR_CHART, DEVICE_PLUGIN_CHART])
