@@ -15,6 +15,7 @@ from gpufleet.spec import load_stack
 from gpufleet.spec.models import Release
 from gpufleet.spec.rules import Context, check_release, kubernetes_choices
 from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY
+from tests.stacks import release_pins
 
 TABLE = load_releases()
 STACKS = [
@@ -23,16 +24,7 @@ STACKS = [
     FIXTURES / "gpu-software/Pulumi.prod-onprem.yaml",
 ]
 COMPONENTS = ("device_plugin", "mig_parted", "container_toolkit", "dra_driver", "nfd")
-CURRENT = {
-    "kubernetes": "1.36",
-    "gpu_operator": "v26.7.0",
-    "device_plugin": "v0.20.0",
-    "driver_branch": "595",
-    "mig_parted": "v0.15.0",
-    "container_toolkit": "v1.20.0",
-    "dra_driver": "v0.5.0",
-    "nfd": "v0.19.0",
-}
+CURRENT = release_pins()
 
 
 def findings(today: dt.date = TODAY, *, aks: bool = False, baremetal: bool = True, **pins: str) -> list[tuple]:

@@ -20,22 +20,14 @@ from ruamel.yaml import YAML
 from gpufleet.catalog import load_catalog
 from gpufleet.spec import LoadedStack, dump_stack, load_stack_text
 from tests.conftest import TODAY
+from tests.stacks import release_pins
 
 CATALOG = load_catalog()
 SIZES = [
     s for s in CATALOG.vm_sizes if s.aks_supported and not s.retired(TODAY) and CATALOG.gpu(s.gpu).vendor == "nvidia"
 ]
 REGIONS = sorted(CATALOG.region_names)
-RELEASE = {
-    "kubernetes": "1.36",
-    "gpu_operator": "v26.7.0",
-    "device_plugin": "v0.20.0",
-    "driver_branch": "595",
-    "mig_parted": "v0.15.0",
-    "container_toolkit": "v1.20.0",
-    "dra_driver": "v0.5.0",
-    "nfd": "v0.19.0",
-}
+RELEASE = release_pins()
 FILE = "stack.yaml"  # not Pulumi.<stage>-<region>.yaml: the file-name rule would reject every document
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 
