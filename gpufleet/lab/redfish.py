@@ -19,7 +19,7 @@ from typing import Any
 
 from gpufleet.bmc import Bmc, BmcError, Endpoint, Inventory
 from gpufleet.lab.config import REDFISH_PORT, lab_dir, write_private
-from gpufleet.lab.virt import URI, alive, start_daemon, started_daemons, virsh
+from gpufleet.lab.virt import URI, alive, start_daemon, started_daemons, tcp_listener, virsh
 
 # A failed Redfish request, by the lab's name for it (one line; never the password).
 RedfishError = BmcError
@@ -149,14 +149,13 @@ def ensure_emulator(uuids: list[str], progress: Any) -> Client:
             if not alive(ours):
                 break
             time.sleep(0.1)
-    else:
-        try:
-            client.systems()
-            raise RedfishUnavailable(
-                f"port {REDFISH_PORT} already serves Redfish that the lab did not start (or with other credentials)"
-            )
-        except RedfishError:
-            pass
+    elif (holder := tcp_listener(REDFISH_PORT)) is not None:
+        # e.g. the emulator of a lab whose cache was moved aside: it would answer for the hosts it was started for,
+        # with the credentials file at the same path, and a new emulator could not bind the port
+        raise RedfishUnavailable(
+            f"port {REDFISH_PORT} is held by {holder}, which this lab ({lab_dir()}) did not start: stop that process"
+            " (`gpufleet lab down` with the cache that started it stops the emulator of its last lab)"
+        )
     ensure_media_pool()
     config = _write_config(wanted, creds)
 

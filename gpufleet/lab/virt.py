@@ -74,6 +74,40 @@ def alive(pid: int) -> bool:
     return True
 
 
+def _link(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # a descriptor closed since it was listed (the listing's own, for one)
+        return ""
+
+
+def tcp_listener(port: int, proc: Path = Path("/proc")) -> str | None:
+    """Who listens on TCP ``port`` (IPv4 or IPv6, any address), from ``proc`` (``/proc``; a recorded tree in
+    tests): ``pid N (command line)``, ``a process this user cannot see`` when the socket's owner is not found, or
+    None when nothing listens."""
+    inodes = set()
+    for table in ("net/tcp", "net/tcp6"):
+        try:
+            rows = (proc / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()  # sl local_address rem_address st ... inode
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for fd_dir in proc.glob("[0-9]*/fd"):
+        try:
+            fds = list(fd_dir.iterdir())
+        except OSError:  # another user's process, or one that ended
+            continue
+        if inodes & {_link(fd) for fd in fds}:
+            cmdline = (fd_dir.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            return f"pid {fd_dir.parent.name} ({cmdline[:160]})"
+    return "a process this user cannot see"
+
+
 def _pids(name: str) -> list[int]:
     out = subprocess.run(
         ["pgrep", "-x", name], capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
