@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator
+from ruamel.yaml import YAML
 
 from gpufleet import charts
-from gpufleet.gpu_software import ChartRelease
-from tests.conftest import REPO
+from gpufleet.gpu_software import GPU_OPERATOR_CHART, ChartRelease
+from gpufleet.plan import plan_stack
+from gpufleet.spec import load_stack_text
+from tests.conftest import REPO, TODAY
 
 REFERENCE_CHARTS = REPO.parent / "shared" / "reference" / "charts"
 PINNED = {"gpu-operator": "v26.7.0", "nvidia-device-plugin": "0.20.0"}  # the example stacks' pins
@@ -80,3 +85,20 @@ def crd_validator(openapi_v3_schema: Any) -> Draft202012Validator:
 def crd_errors(validator: Draft202012Validator, obj: Any) -> list[str]:
     """``path: message`` for each way ``obj`` breaks the schema; empty when it passes."""
     return [f"{'.'.join(map(str, e.path))}: {e.message}" for e in validator.iter_errors(obj)]
+
+
+def render_stack(stack: Any, catalog: Any, chart: str = GPU_OPERATOR_CHART) -> charts.Render:
+    """``gpufleet render`` of a loaded stack with the pinned charts (``chart``: a bare-metal stack's)."""
+    return charts.render(plan_stack(stack, catalog), directory=CHARTS_DIR, baremetal_chart=chart)
+
+
+def render_variant(path: Path, catalog: Any, edit: Callable[[Any], None]) -> charts.Render:
+    """Render a copy of a stack file changed by ``edit`` (a function on its YAML ``config``)."""
+    yaml = YAML()
+    data = yaml.load(path.read_text())
+    edit(data["config"])
+    text = StringIO()
+    yaml.dump(data, text)
+    loaded = load_stack_text(text.getvalue(), path.name, today=TODAY)
+    assert loaded.stack is not None, [str(d) for d in loaded.diagnostics]
+    return render_stack(loaded.stack, catalog)

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,8 @@ from gpufleet import charts
 from gpufleet.gpu_software import DEVICE_PLUGIN_CHART, DEVICE_PLUGIN_CONFIGMAP, GPU_OPERATOR_CHART, MIG_CONFIGMAP
 from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG
 from gpufleet.plan import plan_stack
-from gpufleet.spec import load_stack, load_stack_text
-from tests.charts import CHARTS_DIR, chart_keys, closed_schema, needs_charts, unknown_keys
+from gpufleet.spec import load_stack
+from tests.charts import CHARTS_DIR, chart_keys, closed_schema, needs_charts, render_stack, render_variant, unknown_keys
 from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY, cli
 
 pytestmark = needs_charts
@@ -55,30 +54,14 @@ def _case_id(path: Path, chart: str) -> str:  # the AKS stacks by name, the bare
 CASE_IDS = [_case_id(p, chart) for p, chart in CASES]
 
 
-def _render(stack, catalog, chart: str = GPU_OPERATOR_CHART) -> charts.Render:
-    return charts.render(plan_stack(stack, catalog), directory=CHARTS_DIR, baremetal_chart=chart)
-
-
 @pytest.fixture(scope="module")
 def rendered(catalog) -> dict[str, tuple[Any, charts.Render]]:
     out = {}
     for path, chart in RENDERS:
         stack = load_stack(path, today=TODAY).stack
         assert stack is not None
-        out[_case_id(path, chart)] = (stack, _render(stack, catalog, chart))
+        out[_case_id(path, chart)] = (stack, render_stack(stack, catalog, chart))
     return out
-
-
-def _variant(path: Path, catalog, edit) -> charts.Render:
-    """Render a copy of a stack file changed by ``edit`` (a function on its YAML data)."""
-    yaml = YAML()
-    data = yaml.load(path.read_text())
-    edit(data["config"])
-    text = StringIO()
-    yaml.dump(data, text)
-    loaded = load_stack_text(text.getvalue(), path.name, today=TODAY)
-    assert loaded.stack is not None, [str(d) for d in loaded.diagnostics]
-    return _render(loaded.stack, catalog)
 
 
 def _objects(result: charts.Render, kind: str) -> list[dict[str, Any]]:
@@ -129,7 +112,7 @@ def test_without_nfd_tolerations_the_operator_deploys_nothing(catalog, monkeypat
 
     monkeypatch.setattr(gpu_software, "operator_values", chart_default_nfd)
     stack = load_stack(REPO / "Pulumi.prod-westeurope.yaml", today=TODAY).stack
-    result = _render(stack, catalog)
+    result = render_stack(stack, catalog)
     assert _coverage(result, "gpu-operator-node-feature-discovery-worker").runs_on == ()
     assert _coverage(result, "nvidia-device-plugin-daemonset").runs_on == ()
     assert any("taint sku=gpu:NoSchedule not tolerated" in p for p in result.problems)
@@ -145,7 +128,7 @@ def test_without_the_gpu_present_label_the_device_plugin_matches_no_node(catalog
         lambda *a, **k: {key: v for key, v in original(*a, **k).items() if key != "nvidia.com/gpu.present"},
     )
     stack = load_stack(REPO / "Pulumi.dev-westeurope.yaml", today=TODAY).stack
-    result = _render(stack, catalog)
+    result = render_stack(stack, catalog)
     assert _coverage(result, "nvidia-device-plugin").runs_on == ()
     assert any("required node affinity: no term matches" in p for p in result.problems)
 
@@ -244,7 +227,7 @@ def test_the_operators_driver_runs_only_on_pools_that_leave_it_the_driver(catalo
     def train_on_aks_driver(config):
         config["gpufleet:aks"]["gpu_pools"][1]["driver"] = "aks"
 
-    result = _variant(REPO / "Pulumi.prod-westeurope.yaml", catalog, train_on_aks_driver)
+    result = render_variant(REPO / "Pulumi.prod-westeurope.yaml", catalog, train_on_aks_driver)
     assert _policy(result)["driver"]["enabled"] is True
     driver = _coverage(result, "nvidia-driver-daemonset")
     assert driver.runs_on == ("h100mig",)
@@ -296,7 +279,7 @@ def test_dcgm_exporter_service_monitor_follows_the_stack(catalog, monitoring):
     def monitor(config):
         config["gpufleet:aks"]["gpu_software"] = {"monitoring": monitoring}
 
-    result = _variant(REPO / "Pulumi.prod-eastus.yaml", catalog, monitor)
+    result = render_variant(REPO / "Pulumi.prod-eastus.yaml", catalog, monitor)
     assert _policy(result)["dcgmExporter"]["serviceMonitor"]["enabled"] is monitoring
     assert set(_coverage(result, "nvidia-dcgm-exporter").runs_on) == {"nvlmig", "t4spot"}
 
@@ -511,7 +494,7 @@ def test_mps_sharing_on_the_device_plugin_chart_brings_gfd_so_the_mps_control_da
     def mps(config):
         config["gpufleet:aks"]["gpu_pools"][0]["sharing"] = {"mode": "mps", "replicas": 4}
 
-    result = _variant(REPO / "Pulumi.dev-westeurope.yaml", catalog, mps)
+    result = render_variant(REPO / "Pulumi.dev-westeurope.yaml", catalog, mps)
     (chart,) = result.charts
     assert chart.release.values["gfd"] == {"enabled": True}
     assert unknown_keys(chart.release.values, chart_keys(DEVICE_PLUGIN_CHART)) == []

@@ -9,20 +9,16 @@ import dataclasses
 import json
 import os
 import re
-from io import StringIO
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml as pyyaml
-from ruamel.yaml import YAML
 
 from gpufleet import charts
 from gpufleet.gpu_software import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART
 from gpufleet.labels import DEPLOY_DEVICE_PLUGIN_LABEL, DRA_OPERAND_LABELS
-from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack, load_stack_text
-from tests.charts import CHARTS_DIR, crd_errors, crd_validator, needs_charts
+from tests.charts import CHARTS_DIR, crd_errors, crd_validator, needs_charts, render_stack, render_variant
 from tests.conftest import REPO, TODAY, cli
 from tests.stacks import release_block
 
@@ -31,21 +27,6 @@ pytestmark = needs_charts
 DRA = REPO / "examples" / "dra" / "Pulumi.dev-eastus2.yaml"
 DRA_POOLS = ("h100", "h100mig", "gb200")
 DRA_OPERANDS = ("nvidia-dra-driver-kubelet-plugin", "nvidia-dra-validator", "nvidia-dcgm-exporter-dra")
-
-
-def _render(stack: Any, catalog: Any, chart: str = GPU_OPERATOR_CHART) -> charts.Render:
-    return charts.render(plan_stack(stack, catalog), directory=CHARTS_DIR, baremetal_chart=chart)
-
-
-def _variant(path: Path, catalog: Any, edit: Any) -> charts.Render:
-    yaml = YAML()
-    data = yaml.load(path.read_text())
-    edit(data["config"])
-    text = StringIO()
-    yaml.dump(data, text)
-    loaded = load_stack_text(text.getvalue(), path.name, today=TODAY)
-    assert loaded.stack is not None, [str(d) for d in loaded.diagnostics]
-    return _render(loaded.stack, catalog)
 
 
 def _coverage(result: charts.Render, name: str) -> charts.Coverage:
@@ -78,7 +59,7 @@ def _without_labels(result: charts.Render, target: str, keys: tuple[str, ...]) -
 def dra(catalog) -> charts.Render:
     stack = load_stack(DRA, today=TODAY).stack
     assert stack is not None
-    return _render(stack, catalog)
+    return render_stack(stack, catalog)
 
 
 def test_a_dra_cluster_renders_a_gpu_cluster_and_no_cluster_policy(dra):
@@ -127,7 +108,7 @@ def test_without_nvlink_across_nodes_the_compute_domain_half_stays_off(catalog):
     def no_gb200(config):
         config["gpufleet:aks"]["gpu_pools"].pop(2)
 
-    result = _variant(DRA, catalog, no_gb200)
+    result = render_variant(DRA, catalog, no_gb200)
     (cluster,) = _objects(result, "GPUCluster")
     assert cluster["spec"]["draDriver"]["computeDomains"] == {"enabled": False}
     assert "nvidia-dra-driver-controller" not in {c.name for c in result.coverage}
@@ -145,7 +126,7 @@ def test_a_none_pool_in_a_dra_cluster_gets_no_dra_operand_and_the_check_sees_one
         pool = {"name": "h100idle", "vm_size": "Standard_NC40ads_H100_v5", "count": 1, "advertiser": "none"}
         config["gpufleet:aks"]["gpu_pools"].append(pool)
 
-    result = _variant(DRA, catalog, idle_pool)
+    result = render_variant(DRA, catalog, idle_pool)
     assert result.problems == []
     idle = next(t for t in result.targets if t.name == "h100idle")
     assert {k: idle.node.labels[k] for k in DRA_OPERAND_LABELS} == dict.fromkeys(DRA_OPERAND_LABELS, "false")
@@ -165,7 +146,7 @@ def test_a_none_pool_under_a_cluster_policy_gets_no_device_plugin(catalog):
     def train_unadvertised(config):
         config["gpufleet:aks"]["gpu_pools"][1]["advertiser"] = "none"
 
-    result = _variant(REPO / "Pulumi.prod-westeurope.yaml", catalog, train_unadvertised)
+    result = render_variant(REPO / "Pulumi.prod-westeurope.yaml", catalog, train_unadvertised)
     assert result.problems == []
     assert _objects(result, "ClusterPolicy") and not _objects(result, "GPUCluster")
     plugin = _coverage(result, "nvidia-device-plugin-daemonset")
@@ -187,7 +168,7 @@ def test_the_standalone_device_plugin_stays_off_a_none_pool(catalog, sharing):
         if sharing is not None:
             pools[0]["sharing"] = sharing
 
-    result = _variant(REPO / "Pulumi.dev-westeurope.yaml", catalog, spot_unadvertised)
+    result = render_variant(REPO / "Pulumi.dev-westeurope.yaml", catalog, spot_unadvertised)
     assert [c.release.chart for c in result.charts] == [DEVICE_PLUGIN_CHART]
     plugin = _coverage(result, "nvidia-device-plugin")
     assert plugin.runs_on == ("t4shared", "a100mig")
@@ -203,7 +184,7 @@ def test_the_operators_driver_on_a_dra_pool_comes_from_an_nvidia_driver_cr(catal
     def operator_driver(config):
         config["gpufleet:aks"]["gpu_pools"][0]["driver"] = "operator"
 
-    result = _variant(DRA, catalog, operator_driver)
+    result = render_variant(DRA, catalog, operator_driver)
     (release,) = [c.release for c in result.charts]
     assert release.values["driver"] == {"enabled": True, "nvidiaDriverCRD": {"enabled": True}}
     (driver,) = _objects(result, "NVIDIADriver")
@@ -236,7 +217,7 @@ ONPREM_DRA = (
 @pytest.mark.parametrize("chart", [GPU_OPERATOR_CHART, DEVICE_PLUGIN_CHART])
 def test_dra_host_groups_are_served_by_the_operators_gpu_cluster_only(catalog, chart):
     stack = load_stack_text(ONPREM_DRA, "Pulumi.prod-onprem.yaml", today=TODAY).stack
-    result = _render(stack, catalog, chart)
+    result = render_stack(stack, catalog, chart)
     if chart == GPU_OPERATOR_CHART:
         assert result.problems == []
         assert _coverage(result, "nvidia-dra-driver-kubelet-plugin").runs_on == ("gb200",)
@@ -310,7 +291,7 @@ def test_the_docs_migration_diff_turns_the_device_plugin_cluster_into_a_valid_dr
     text = _apply_diff((REPO / "Pulumi.dev-westeurope.yaml").read_text(), diff)
     loaded = load_stack_text(text, "Pulumi.dev-westeurope.yaml", today=TODAY)
     assert loaded.stack is not None, [str(d) for d in loaded.diagnostics]
-    result = _render(loaded.stack, catalog)
+    result = render_stack(loaded.stack, catalog)
     assert [c.release.chart for c in result.charts] == [GPU_OPERATOR_CHART] and _objects(result, "GPUCluster")
     assert _coverage(result, "nvidia-dra-driver-kubelet-plugin").runs_on == ("t4shared", "a100mig", "t4spot")
     assert result.problems == []
