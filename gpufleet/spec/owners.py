@@ -106,11 +106,8 @@ def conflicts(claims: Sequence[Claim]) -> Iterator[Finding]:
             reported.add((first.key, other.key))
             verb = "advertise" if concern == "advertiser" else "own"
             what = {"advertiser": "its GPUs", "mig": "its MIG layout"}.get(concern, f"the NVIDIA {concern}")
-            fix = (
-                _MANAGED_FIX.get(concern, "")
-                if AKS_MANAGED in (first.owner, other.owner) or (AKS_DEVICE_PLUGIN in (first.owner, other.owner))
-                else ""
-            )
+            aks_side = {first.owner, other.owner} & {AKS_MANAGED, AKS_DEVICE_PLUGIN}
+            fix = _MANAGED_FIX.get(concern, "") if aks_side else ""
             yield Finding(
                 other.key,
                 f"{concern}: {other.named()} and {first.named()} would both {verb} {what} on these nodes; one node"

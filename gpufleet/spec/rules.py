@@ -52,7 +52,7 @@ from gpufleet.spec.models import (
     Vgpu,
 )
 from gpufleet.spec.owners import conflicts as owner_conflicts
-from gpufleet.spec.owners import pool_claims
+from gpufleet.spec.owners import host_group_claims, pool_claims
 
 # AKS Linux node pool names: "only lowercase alphanumeric characters and must begin with a lowercase letter...
 # for Linux node pools, the length must be between 1-12 characters" (learn.microsoft.com/azure/aks/create-node-pools).
@@ -618,6 +618,7 @@ def check_host_group(
             f"unknown tuning profile {group.tuning_profile!r}; {did_you_mean(group.tuning_profile, profiles)}"
             " (define it under gpufleet:tuning_profiles)",
         )
+    yield from owner_conflicts(host_group_claims(group, path))
     if group.gpu_model is None:
         if group.advertiser != "device-plugin":
             yield Finding(
