@@ -117,7 +117,7 @@ def lab_up(
 
 @lab_app.command("status")
 def lab_status(hosts: HostsOpt = 2, prefix: PrefixOpt = "lab", as_json: JsonOpt = False) -> None:
-    """Hosts, their power state (through Redfish) and whether SSH answers."""
+    """Hosts, their power state (through Redfish), whether SSH answers, and each host's serial console log."""
     rows = _lab(hosts, prefix, as_json).status()
     if as_json:
         emit_json([r.__dict__ for r in rows])
@@ -126,10 +126,10 @@ def lab_status(hosts: HostsOpt = 2, prefix: PrefixOpt = "lab", as_json: JsonOpt 
         out.print("no lab hosts (gpufleet lab up)")
         return
     table = Table(title="lab hosts")
-    for col in ("host", "SSH", "power (BMC)", "reachable", "BMC system id"):
+    for col in ("host", "SSH", "power (BMC)", "reachable", "BMC system id", "console log"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r.name, f"127.0.0.1:{r.ssh_port}", r.power, "yes" if r.ssh else "no", r.uuid)
+        table.add_row(r.name, f"127.0.0.1:{r.ssh_port}", r.power, "yes" if r.ssh else "no", r.uuid, r.console)
     out.print(table)
 
 

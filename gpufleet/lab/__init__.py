@@ -29,6 +29,9 @@ Progress = Callable[[str], None]
 BOOT_TIMEOUT = 420  # seconds from power-on to SSH (software emulation boots in ~35 s; a busy 2-core machine is slower)
 
 
+KEPT_CONSOLES = 40  # console logs of removed hosts kept in the lab's logs (the newest)
+
+
 class LabError(RuntimeError):
     """The lab cannot do what was asked; the message says what is missing or what failed."""
 
@@ -41,6 +44,7 @@ class HostStatus:
     power: str
     ssh: bool
     backend: str
+    console: str  # the serial console log: why a host that does not answer SSH is stuck
 
 
 @dataclass
@@ -243,7 +247,21 @@ class Lab:
                 virt.remove_domain(host)
             else:
                 virt.qemu_stop(host)
+            self._keep_console(host)
             shutil.rmtree(host.disk.parent, ignore_errors=True)
+
+    def _keep_console(self, host: virt.LabHost) -> None:
+        """Move a removed host's serial console log to the lab's logs, so that a failed run (a reboot that never
+        came back, say) can still be read after Molecule or a test has removed its host."""
+        if not host.serial_log.is_file():
+            return
+        logs = lab_dir() / "logs"
+        logs.mkdir(exist_ok=True)
+        kept = logs / f"{time.strftime('%Y%m%d-%H%M%S')}-{host.name}-console.log"
+        shutil.move(host.serial_log, kept)
+        for old in sorted(logs.glob("*-console.log"))[:-KEPT_CONSOLES]:
+            old.unlink(missing_ok=True)
+        self.progress(f"{host.name}: its console log is kept in {kept}")
 
     def down(self) -> None:
         with lab_lock(self.progress):
@@ -258,6 +276,7 @@ class Lab:
         else:
             for host in hosts:
                 virt.qemu_stop(host)
+                self._keep_console(host)
                 shutil.rmtree(host.disk.parent, ignore_errors=True)
         self.state_path.unlink(missing_ok=True)
         others = [p for p in lab_dir().glob("lab-*.json")]
@@ -303,7 +322,8 @@ class Lab:
             else:
                 power = "BMC unreachable"
             reachable = power == "On" and ssh.reachable(key, host.ssh_port)
-            out.append(HostStatus(host.name, host.uuid, host.ssh_port, power, reachable, backend))
+            out.append(HostStatus(host.name, host.uuid, host.ssh_port, power, reachable, backend,
+                                  str(host.serial_log)))  # fmt: skip
         return out
 
 

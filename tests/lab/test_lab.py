@@ -477,8 +477,11 @@ def test_lab_without_libvirt_uses_qemu_directly_and_says_redfish_is_unavailable(
         assert any("Redfish BMCs are unavailable" in m for m in messages)
         (status,) = lab.status()
         assert status.power == "On" and status.ssh and status.backend == "qemu"
+        assert "Linux version" in Path(status.console).read_text(errors="replace")  # the host's serial console
         assert "available: 2 nodes" in remote(result.hosts[0], "numactl -H")
         assert "gpufleet_bmc: null" in (tmp_path / "hosts.yml").read_text()
     finally:
         lab.down()
     assert lab.status() == []
+    kept = [m.rsplit(" ", 1)[1] for m in messages if "its console log is kept in" in m]
+    assert len(kept) == 1 and "Linux version" in Path(kept[0]).read_text(errors="replace")  # readable after down
