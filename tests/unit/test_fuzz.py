@@ -9,7 +9,7 @@ Generated and mutated inputs, in process (so about 10,000 of them run in well un
 - MIG demands: generated and mutated demand files through ``gpufleet mig pack``;
 - (topology and promotion inputs: see the tests at the end).
 
-Each input must finish without an exception escaping (the CLI: exit 0, 1 or 2, never 3) within ``LIMIT_S``. The
+Each input must finish without an exception escaping (the CLI: exit 0, 1 or 2, never 3) within ``LIMIT_S`` of CPU. The
 generator is seeded: ``GPUFLEET_FUZZ_SEED`` replays a run; a failure names its seed and index. The counts below are
 the ones the README states (a test checks it).
 """
@@ -42,6 +42,9 @@ from gpufleet.yamldoc import parse_yaml, plain
 from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY
 
 SEED = int(os.environ.get("GPUFLEET_FUZZ_SEED", "20261125"))
+# CPU seconds an input may take (time.process_time): what a pathological input costs, and the same on a loaded machine.
+# Wall time was not: the CI machine, running the lab's VMs beside the fast tests, made ordinary inputs take 2.0-3.6 s
+# of wall time (2026-11-27) while none took near that in CPU.
 LIMIT_S = 2.0
 CHUNKS = 4  # each kind runs in CHUNKS tests, so pytest-xdist spreads the work
 STACK_DATA_INPUTS = 1200
@@ -158,19 +161,19 @@ class Outcome:
 
     def run(self, index: int, describe: str, call: Callable[[], None]) -> None:
         self.runs += 1
-        started = time.perf_counter()
+        started = time.process_time()
         try:
             call()
         except Exception as exc:  # the point: nothing may escape
             self.failures.append(f"seed {SEED} {self.kind}[{index}]: {type(exc).__name__}: {exc!s:.200} <- {describe}")
-        seconds = time.perf_counter() - started
+        seconds = time.process_time() - started
         if seconds > self.slowest[0]:
             self.slowest = (seconds, f"{self.kind}[{index}] <- {describe}")
 
     def check(self, expected_runs: int) -> None:
         assert self.runs == expected_runs
         assert not self.failures, f"{len(self.failures)} input(s) raised:\n" + "\n".join(self.failures[:20])
-        assert self.slowest[0] < LIMIT_S, f"{self.slowest[0]:.2f} s > {LIMIT_S} s: {self.slowest[1]}"
+        assert self.slowest[0] < LIMIT_S, f"{self.slowest[0]:.2f} CPU s > {LIMIT_S} s: {self.slowest[1]}"
 
 
 def excerpt(value: Any) -> str:
