@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.aks import aks_node_labels
+from gpufleet.cost import StackCost
 from gpufleet.dra import DraPlan, dra_plan
 from gpufleet.gpu_software import (
     CLUSTER_POLICY,
@@ -60,6 +61,7 @@ from gpufleet.labels import (
     MIG_CONFIG_LABEL,
 )
 from gpufleet.mig.outputs import DISABLED_CONFIG
+from gpufleet.monitoring import monitoring_objects
 from gpufleet.plan import StackPlan
 from gpufleet.scheduling import NodeShape, Placement, Taint, why_not
 
@@ -735,10 +737,26 @@ class GeneratedFile:
         return comment + "---\n".join(dump_yaml(o) for o in self.objects)
 
 
-def generated_files(dra: DraPlan | None) -> list[GeneratedFile]:
-    """The files of a stack's DRA objects (none without DRA targets)."""
-    if dra is None:
-        return []
+def generated_files(dra: DraPlan | None, monitoring: list[dict[str, Any]] | None = None) -> list[GeneratedFile]:
+    """The files of a stack's DRA objects (none without DRA targets) and of its GPU monitoring (none without a
+    Prometheus operator: :mod:`gpufleet.monitoring`)."""
+    files = _dra_files(dra) if dra is not None else []
+    if monitoring:
+        files.append(
+            GeneratedFile(
+                "monitoring",
+                "gpufleet-monitoring.yaml",
+                "GPU monitoring: the DCGM exporter's ServiceMonitor (and ScrapeConfig for AKS-managed GPU pools), the\n"
+                "GPU alerts (PrometheusRule) and the stack's Grafana dashboard (a ConfigMap for Grafana's sidecar).\n"
+                "Apply with kubectl apply -f gpufleet-monitoring.yaml once the GPU software is installed\n"
+                "(docs/monitoring.md).",
+                monitoring,
+            )
+        )
+    return files
+
+
+def _dra_files(dra: DraPlan) -> list[GeneratedFile]:
     targets = ", ".join(dra.targets)
     return [
         GeneratedFile(
@@ -837,8 +855,10 @@ def render(
     directory: Path | None = None,
     baremetal_chart: str = GPU_OPERATOR_CHART,
     progress: Callable[[str], None] | None = None,
+    cost: StackCost | None = None,
 ) -> Render:
-    """Render the stack's charts with helm and place their workloads on the stack's targets."""
+    """Render the stack's charts with helm and place their workloads on the stack's targets (``cost``: the stack's,
+    for the idle-GPU alerts' $/hour; :mod:`gpufleet.monitoring`)."""
     directory = directory or charts_dir()
     wanted = releases(plan, baremetal_chart)
     helm = helm_binary() if wanted else ""
@@ -854,7 +874,7 @@ def render(
     labels, placed = place(rendered, targets)
     from gpufleet.catalog import load_catalog
 
-    generated = generated_files(dra_plan(plan, load_catalog()))
+    generated = generated_files(dra_plan(plan, load_catalog()), monitoring_objects(plan, cost))
     return Render(plan.stack, rendered, targets, labels, placed, generated)
 
 

@@ -66,6 +66,8 @@ GPU_CLUSTER: OperatorCr = "GPUCluster"
 
 MIG_CONFIGMAP = "gpufleet-mig-parted-config"
 DEVICE_PLUGIN_CONFIGMAP = "gpufleet-device-plugin-config"
+# the DCGM exporter's metrics list (gpufleet/catalog/dcgm_metrics.yaml), a ConfigMap the chart creates
+DCGM_METRICS_CONFIGMAP = "gpufleet-dcgm-metrics"
 DEFAULT_DEVICE_PLUGIN_CONFIG = "default"  # used on nodes without the nvidia.com/device-plugin.config label
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 # The charts' own default toleration of their controllers and of NFD's worker (kept when gpufleet adds its own:
@@ -142,7 +144,7 @@ class GpuSoftware:
     # collector run there, so they tolerate them
     system_taints: tuple[str, ...] = ()
     mig_with_reboot: bool = False  # cloud VMs need a reboot to change MIG mode
-    monitoring: bool = False  # a Prometheus operator scrapes DCGM exporter (ServiceMonitor)
+    monitoring: bool = False  # a Prometheus operator scrapes DCGM exporter (gpufleet.monitoring's ServiceMonitor)
     sandbox: SandboxWorkloads | None = None  # GPU VM host groups (bare metal); None: every GPU node runs containers
     operator_cr: OperatorCr = CLUSTER_POLICY  # the GPU Operator's custom resource (GPUCluster: the DRA stack)
     dra: DraDriver | None = None  # the DRA driver of a GPUCluster
@@ -215,11 +217,24 @@ def operator_values(software: GpuSoftware) -> dict[str, Any]:
             "master": {"tolerations": _controller_tolerations(software)},
             "gc": {"tolerations": _controller_tolerations(software)},
         },
-        "dcgmExporter": {"serviceMonitor": {"enabled": software.monitoring}},
+        "dcgmExporter": dcgm_exporter_values(software),
     }
     if software.operator_cr == GPU_CLUSTER:
         return values | gpu_cluster_values(software)
     return values | cluster_policy_values(software)
+
+
+def dcgm_exporter_values(software: GpuSoftware) -> dict[str, Any]:
+    """The DCGM exporter: with monitoring, gpufleet's metrics list (a ConfigMap the chart creates from
+    ``config.data``). The operator's own ServiceMonitor stays off either way: with monitoring, gpufleet's
+    (:mod:`gpufleet.monitoring`) scrapes the exporter and adds each series' node and pool, which the operator's
+    cannot (it has no ``attachMetadata``); two would scrape every GPU twice."""
+    values: dict[str, Any] = {"serviceMonitor": {"enabled": False}}
+    if software.monitoring:
+        from gpufleet.catalog.dcgm import load_dcgm_catalog
+
+        values["config"] = {"name": DCGM_METRICS_CONFIGMAP, "create": True, "data": load_dcgm_catalog().csv()}
+    return values
 
 
 def gpu_cluster_values(software: GpuSoftware) -> dict[str, Any]:

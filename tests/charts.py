@@ -41,12 +41,27 @@ needs_charts = pytest.mark.skipif(
 )
 
 
+# Keys a chart's templates read that its values.yaml shows only in a comment: the GPU Operator's DCGM exporter
+# metrics ConfigMap (values.yaml "# config: name, create, data"; templates/dcgm_exporter_config.yaml creates it,
+# templates/clusterpolicy.yaml names it). tests/unit/test_monitoring.py checks the render has both.
+COMMENTED_KEYS = {
+    "gpu-operator": {
+        "dcgmExporter.config",
+        "dcgmExporter.config.name",
+        "dcgmExporter.config.create",
+        "dcgmExporter.config.data",
+    },
+}
+
+
 @functools.cache
 def chart_keys(chart: str) -> frozenset[str]:
-    """The key paths of the pinned chart's values.yaml and its subcharts' (see charts.chart_values_keys)."""
+    """The key paths of the pinned chart's values.yaml and its subcharts' (see charts.chart_values_keys), and the
+    ones its templates read that values.yaml only documents in a comment (COMMENTED_KEYS)."""
     assert CHARTS_DIR is not None
     release = ChartRelease(chart, PINNED[chart], repository="", namespace=chart, values={})
-    return frozenset(charts.chart_values_keys(charts.find_chart(release, CHARTS_DIR)))
+    keys = charts.chart_values_keys(charts.find_chart(release, CHARTS_DIR))
+    return frozenset(keys | COMMENTED_KEYS.get(chart, set()))
 
 
 def unknown_keys(values: dict[str, Any], known: frozenset[str] | set[str], prefix: str = "") -> list[str]:

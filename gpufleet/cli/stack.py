@@ -98,7 +98,8 @@ def render(
         typer.Option(
             "--output",
             "-o",
-            help="Write <chart>.yaml, the DRA objects, nodes.yaml and summary.json here (created; parent must exist).",
+            help="Write <chart>.yaml, the DRA and monitoring objects, nodes.yaml and summary.json here (created; "
+            "parent must exist).",
         ),
     ] = None,
     chart: Annotated[
@@ -126,13 +127,15 @@ def render(
     """
     from gpufleet import charts
     from gpufleet.catalog import load_catalog
+    from gpufleet.cost import stack_cost
     from gpufleet.gpu_software import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART
     from gpufleet.plan import plan_stack
 
     if chart not in (None, GPU_OPERATOR_CHART, DEVICE_PLUGIN_CHART):
         raise usage_error(f"--chart {chart!r}: use {GPU_OPERATOR_CHART} or {DEVICE_PLUGIN_CHART}")
     loaded = load_or_exit(stack, root, as_json, "nothing rendered")
-    plan_ = plan_stack(loaded, load_catalog())
+    catalog = load_catalog()
+    plan_ = plan_stack(loaded, catalog)
     if chart is not None and plan_.cluster is not None and chart != plan_.cluster.gpu_chart:
         raise usage_error(
             f"--chart {chart}: stack {plan_.stack} is an AKS cluster whose pools decide its chart "
@@ -144,6 +147,7 @@ def render(
             directory=charts_dir,
             baremetal_chart=chart or GPU_OPERATOR_CHART,
             progress=lambda m: err.print(f"[dim]{shown(m)}[/dim]"),
+            cost=stack_cost(loaded, catalog) if loaded.aks is not None else None,
         )
         written = charts.write(result, output) if output is not None else []
     except charts.ChartError as exc:

@@ -347,6 +347,7 @@ def cluster_plan(
         gpu_software=chart_release(chart, pins, aks.gpu_software, software, aks.gpu_software.namespace),
         operator_cr=cr if chart == GPU_OPERATOR_CHART else None,
         node_provisioning="Auto" if any(p.kind == "nap" for p in aks.gpu_pools) else "Manual",
+        gpu_metrics=aks.gpu_software.monitoring,
     )
     return cluster, tuple(pools)
 

@@ -210,6 +210,8 @@ class ClusterPlan:
     operator_cr: OperatorCr | None
     # Auto: node auto-provisioning (Karpenter) is on, for the stack's kind nap pools (nodeProvisioningProfile.mode)
     node_provisioning: Literal["Manual", "Auto"] = "Manual"
+    # a Prometheus operator scrapes the GPU metrics (aks.gpu_software.monitoring): gpufleet.monitoring's objects
+    gpu_metrics: bool = False
 
     def addon(self, name: str) -> AddonPlan | None:
         """The add-on ``name`` when it is enabled."""

@@ -136,7 +136,8 @@ def test_daemonsets_tolerate_the_gpu_nodes_taints():
     assert toleration("dedicated:NoExecute") == {"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}
     values = operator_values(VARIANTS["MIG on cloud VMs, sharing, monitoring"])
     assert sku_gpu in values["daemonsets"]["tolerations"]
-    assert values["dcgmExporter"] == {"serviceMonitor": {"enabled": True}}
+    assert values["dcgmExporter"]["serviceMonitor"] == {"enabled": False}  # gpufleet's own scrapes it
+    assert values["dcgmExporter"]["config"]["name"] == "gpufleet-dcgm-metrics"
 
 
 BAREMETAL_MIG_STACK = (

@@ -157,8 +157,12 @@ def test_every_rendered_builtin_object_passes_kubernetes_validate_strict(rendere
     version = charts.kube_version(stack.release.kubernetes).removeprefix("v")
     crd_kinds = {o["spec"]["names"]["kind"] for o in _objects(result, "CustomResourceDefinition")}
     checked = 0
-    # gpufleet's DRA objects too (claim templates, DeviceClasses; not Kueue's Configuration, a config file's content)
-    generated = [o for g in result.generated if g.name != "kueue" for o in g.objects]
+    # gpufleet's DRA objects too (claim templates, DeviceClasses; not Kueue's Configuration, a config file's content),
+    # and its monitoring ConfigMap (the Prometheus operator's objects: tests/unit/test_monitoring.py, by their CRDs)
+    generated = [
+        o for g in result.generated if g.name != "kueue" for o in g.objects
+        if not o["apiVersion"].startswith("monitoring.coreos.com/")
+    ]  # fmt: skip
     for obj in [*(o for c in result.charts for o in c.objects), *generated]:
         if obj["kind"] in crd_kinds:
             continue
@@ -275,12 +279,15 @@ def test_the_operator_gets_the_sharing_configs_by_name(rendered):
 
 
 @pytest.mark.parametrize("monitoring", [False, True])
-def test_dcgm_exporter_service_monitor_follows_the_stack(catalog, monitoring):
+def test_dcgm_exporter_metrics_and_monitoring_follow_the_stack(catalog, monitoring):
     def monitor(config):
         config["gpufleet:aks"]["gpu_software"] = {"monitoring": monitoring}
 
     result = render_variant(REPO / "Pulumi.prod-eastus.yaml", catalog, monitor)
-    assert _policy(result)["dcgmExporter"]["serviceMonitor"]["enabled"] is monitoring
+    # gpufleet's ServiceMonitor scrapes the exporter (gpufleet-monitoring.yaml), never the operator's as well
+    assert _policy(result)["dcgmExporter"]["serviceMonitor"]["enabled"] is False
+    assert ("gpufleet-monitoring.yaml" in {g.file for g in result.generated}) is monitoring
+    assert ("config" in _policy(result)["dcgmExporter"]) is monitoring
     assert set(_coverage(result, "nvidia-dcgm-exporter").runs_on) == {"nvlmig", "t4spot"}
 
 
@@ -409,7 +416,9 @@ def test_render_writes_the_manifests_nodes_and_where_each_daemonset_runs(tmp_pat
     out = tmp_path / "out"
     proc = gpufleet("prod-westeurope", "-o", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["gpu-operator.yaml", "nodes.yaml", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "gpu-operator.yaml", "gpufleet-monitoring.yaml", "nodes.yaml", "summary.json"
+    ]  # fmt: skip
     assert "DaemonSet gpu-operator-node-feature-discovery-worker runs on h100mig, h100train" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stack"] == "prod-westeurope"
