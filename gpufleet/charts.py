@@ -61,6 +61,7 @@ from gpufleet.labels import (
 )
 from gpufleet.mig.outputs import DISABLED_CONFIG
 from gpufleet.plan import StackPlan
+from gpufleet.queues import KueuePlan, kueue_plan
 from gpufleet.scheduling import NodeShape, Placement, Taint, why_not
 
 CHARTS_DIR_ENV = "GPUFLEET_CHARTS_DIR"
@@ -735,10 +736,11 @@ class GeneratedFile:
         return comment + "---\n".join(dump_yaml(o) for o in self.objects)
 
 
-def generated_files(dra: DraPlan | None) -> list[GeneratedFile]:
-    """The files of a stack's DRA objects (none without DRA targets)."""
+def generated_files(dra: DraPlan | None, queues: KueuePlan | None = None) -> list[GeneratedFile]:
+    """The files of a stack's DRA objects (none without DRA targets) and Kueue queues (gpufleet.queues)."""
+    out = [queues_file(queues)] if queues is not None else []
     if dra is None:
-        return []
+        return out
     targets = ", ".join(dra.targets)
     return [
         GeneratedFile(
@@ -763,7 +765,20 @@ def generated_files(dra: DraPlan | None) -> list[GeneratedFile]:
             "of the kueue-manager-config ConfigMap), then cover these resource names in your ClusterQueues.",
             [dra.kueue_configuration()],
         ),
+        *out,
     ]
+
+
+def queues_file(queues: KueuePlan) -> GeneratedFile:
+    skipped = "".join(f"\nNo flavor for {s.target}: {s.why}." for s in queues.skipped)
+    return GeneratedFile(
+        "queues",
+        "gpufleet-kueue.yaml",
+        "Kueue: a ResourceFlavor per GPU pool or host group, a ClusterQueue per team with its share of each\n"
+        "flavor's GPUs, a LocalQueue in each team's namespace (docs/queues.md). Apply after Kueue's CRDs; a job\n"
+        "names its team's queue with the label kueue.x-k8s.io/queue-name." + skipped,
+        queues.objects(),
+    )
 
 
 @dataclass(frozen=True)
@@ -773,7 +788,7 @@ class Render:
     targets: list[Target]
     labels: dict[str, dict[str, str]]  # the targets' labels once the GPU software has run
     coverage: list[Coverage] = field(default_factory=list)
-    generated: list[GeneratedFile] = field(default_factory=list)  # gpufleet's own objects (DRA)
+    generated: list[GeneratedFile] = field(default_factory=list)  # gpufleet's own objects (queues, DRA)
 
     @property
     def problems(self) -> list[str]:
@@ -854,7 +869,7 @@ def render(
     labels, placed = place(rendered, targets)
     from gpufleet.catalog import load_catalog
 
-    generated = generated_files(dra_plan(plan, load_catalog()))
+    generated = generated_files(dra_plan(plan, load_catalog()), kueue_plan(plan, baremetal_chart))
     return Render(plan.stack, rendered, targets, labels, placed, generated)
 
 
