@@ -229,7 +229,7 @@ class KueuePlan:
         if queue.cohort is not None:
             spec["cohortName"] = queue.cohort
             # lent quota comes back: a team's pending workloads preempt what others borrowed from it
-            spec["preemption"] = {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
+            spec["preemption"] = {"reclaimWithinCohort": "Any"}
         if covered:
             spec["resourceGroups"] = [{"coveredResources": covered, "flavors": flavors}]
         return {

@@ -324,3 +324,11 @@ def test_render_writes_the_kueue_file_and_lists_it(tmp_path):
         ("LocalQueue", "inference"),
     ]
     assert "gpufleet-kueue.yaml (gpufleet)" in proc.stdout
+
+
+def test_a_team_takes_back_what_its_cohort_borrowed_and_nothing_more(catalog):
+    objects = _queues(_plan(PROD, catalog)).objects()
+    for queue in _of(objects, "ClusterQueue"):
+        assert queue["spec"]["preemption"] == {"reclaimWithinCohort": "Any"}
+        flavors = queue["spec"]["resourceGroups"][0]["flavors"]
+        assert all("borrowingLimit" not in r and "lendingLimit" not in r for f in flavors for r in f["resources"])
