@@ -63,6 +63,7 @@ from gpufleet.labels import (
 from gpufleet.mig.outputs import DISABLED_CONFIG
 from gpufleet.monitoring import monitoring_objects
 from gpufleet.plan import StackPlan
+from gpufleet.queues import KueuePlan, kueue_plan
 from gpufleet.scheduling import NodeShape, Placement, Taint, why_not
 
 CHARTS_DIR_ENV = "GPUFLEET_CHARTS_DIR"
@@ -737,10 +738,14 @@ class GeneratedFile:
         return comment + "---\n".join(dump_yaml(o) for o in self.objects)
 
 
-def generated_files(dra: DraPlan | None, monitoring: list[dict[str, Any]] | None = None) -> list[GeneratedFile]:
-    """The files of a stack's DRA objects (none without DRA targets) and of its GPU monitoring (none without a
-    Prometheus operator: :mod:`gpufleet.monitoring`)."""
+def generated_files(
+    dra: DraPlan | None, queues: KueuePlan | None = None, monitoring: list[dict[str, Any]] | None = None
+) -> list[GeneratedFile]:
+    """The files of a stack's DRA objects (none without DRA targets), Kueue queues (:mod:`gpufleet.queues`) and GPU
+    monitoring (none without a Prometheus operator: :mod:`gpufleet.monitoring`)."""
     files = _dra_files(dra) if dra is not None else []
+    if queues is not None:
+        files.append(queues_file(queues))
     if monitoring:
         files.append(
             GeneratedFile(
@@ -784,6 +789,18 @@ def _dra_files(dra: DraPlan) -> list[GeneratedFile]:
     ]
 
 
+def queues_file(queues: KueuePlan) -> GeneratedFile:
+    skipped = "".join(f"\nNo flavor for {s.target}: {s.why}." for s in queues.skipped)
+    return GeneratedFile(
+        "queues",
+        "gpufleet-kueue.yaml",
+        "Kueue: a ResourceFlavor per GPU pool or host group, a ClusterQueue per team with its share of each\n"
+        "flavor's GPUs, a LocalQueue in each team's namespace (docs/queues.md). Apply after Kueue's CRDs; a job\n"
+        "names its team's queue with the label kueue.x-k8s.io/queue-name." + skipped,
+        queues.objects(),
+    )
+
+
 @dataclass(frozen=True)
 class Render:
     stack: str
@@ -791,7 +808,7 @@ class Render:
     targets: list[Target]
     labels: dict[str, dict[str, str]]  # the targets' labels once the GPU software has run
     coverage: list[Coverage] = field(default_factory=list)
-    generated: list[GeneratedFile] = field(default_factory=list)  # gpufleet's own objects (DRA)
+    generated: list[GeneratedFile] = field(default_factory=list)  # gpufleet's own objects (queues, DRA)
 
     @property
     def problems(self) -> list[str]:
@@ -874,7 +891,9 @@ def render(
     labels, placed = place(rendered, targets)
     from gpufleet.catalog import load_catalog
 
-    generated = generated_files(dra_plan(plan, load_catalog()), monitoring_objects(plan, cost))
+    generated = generated_files(
+        dra_plan(plan, load_catalog()), kueue_plan(plan, baremetal_chart), monitoring_objects(plan, cost)
+    )
     return Render(plan.stack, rendered, targets, labels, placed, generated)
 
 

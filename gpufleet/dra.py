@@ -17,7 +17,8 @@ tests validate (kubernetes-validate for ``resource.k8s.io/v1``, the chart's CRD 
 - a **ComputeDomain** example per pool or host group whose NVLink spans nodes (GB200/GB300 NVL72), with the channel
   claim template it makes (``numNodes: 0``, as the CRD's description recommends with the driver's default
   ``IMEXDaemonsWithDNSNames``).
-- **Kueue**'s ``resources.deviceClassMappings`` (Kueue v0.19 Configuration, config.kueue.x-k8s.io/v1beta2): Kueue
+- **Kueue**'s ``resources.deviceClassMappings`` (in the Configuration API of the catalog's Kueue release,
+  gpufleet/catalog/releases.yaml ``kueue``: config.kueue.x-k8s.io/v1beta2 of Kueue v0.19): Kueue
   charges a claim to the logical resource its DeviceClass maps to (the ResourceClaimTemplate path of its DRA support,
   site/content/en/docs/concepts/dynamic_resource_allocation.md), so whole GPUs go to ``nvidia.com/gpu`` and MIG devices
   to ``nvidia.com/mig``: a quota counts devices per class, not per profile.
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 
 RESOURCE_API = "resource.k8s.io/v1"
 COMPUTE_DOMAIN_API = "resource.nvidia.com/v1beta1"
-KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
 GPU_DRIVER = "gpu.nvidia.com"  # the driver name, and the domain of its devices' attributes
 COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpufleet"}
@@ -190,8 +190,10 @@ class DraPlan:
 
     def kueue_configuration(self) -> dict[str, Any]:
         """The part of Kueue's Configuration (its ``controller_manager_config.yaml``) to merge into yours."""
+        from gpufleet.catalog.releases import load_releases
+
         return {
-            "apiVersion": KUEUE_CONFIG_API,
+            "apiVersion": load_releases().kueue.config_api,
             "kind": "Configuration",
             "resources": {"deviceClassMappings": self.kueue_mappings()},
         }

@@ -381,7 +381,7 @@ def for_baremetal(
     return GpuSoftware(
         driver_preinstalled=driver_preinstalled,
         toolkit_preinstalled=toolkit_preinstalled,
-        mig_strategy=cluster_strategy(g.mig.strategy for g in groups if g.mig and g.mig.strategy),
+        mig_strategy=baremetal_mig_strategy(groups),
         mig_parted_config=mig_parted_config,
         sandbox=sandbox,
         **_advertising(gpu_groups, dra_version),
@@ -396,6 +396,17 @@ def _advertising(targets: Sequence[tuple[Advertiser, bool]], dra_version: str | 
     if cr == GPU_CLUSTER:
         dra = DraDriver(version=dra_version, compute_domains=any(a == "dra" and multi for a, multi in targets))
     return {"operator_cr": cr, "dra": dra, "unadvertised": any(a == "none" for a, _ in targets)}
+
+
+def aks_mig_strategy(pools: Iterable[PoolPlan]) -> MigStrategy | None:
+    """The MIG strategy of an AKS cluster's device plugin (the chart's): it serves the AKS-MIG pools too, but not
+    those whose GPU stack AKS manages (AKS's own plugin, with the pool's strategy)."""
+    return cluster_strategy(p.mig.strategy for p in pools if p.mig and p.mig.strategy and p.gpu_management != "managed")
+
+
+def baremetal_mig_strategy(groups: Iterable[HostGroupPlan]) -> MigStrategy | None:
+    """The MIG strategy of a bare-metal cluster's device plugin, from its host groups' layouts."""
+    return cluster_strategy(g.mig.strategy for g in groups if g.mig and g.mig.strategy)
 
 
 def cluster_chart(driver_by_operator: bool, mig_by_operator: bool, dra: bool = False) -> str:
@@ -429,10 +440,7 @@ def for_aks(
     return GpuSoftware(
         driver_preinstalled=not operator_driver,
         toolkit_preinstalled=not operator_driver,
-        # the device plugin serves the AKS-MIG pools too, but not those whose GPU stack AKS manages (its own plugin)
-        mig_strategy=cluster_strategy(
-            p.mig.strategy for p in pools if p.mig and p.mig.strategy and p.gpu_management != "managed"
-        ),
+        mig_strategy=aks_mig_strategy(pools),
         mig_parted_config=mig_parted_config,
         sharing=sharing,
         taints=taints,

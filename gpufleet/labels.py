@@ -5,6 +5,9 @@ from __future__ import annotations
 
 POOL_LABEL = "gpufleet.io/pool"
 GPU_MODEL_LABEL = "gpufleet.io/gpu-model"
+# A bare-metal host's group: on its BareMetalHost (gpufleet.metal3), and what the Kueue ResourceFlavor of its group
+# selects its node by (gpufleet.queues; gpufleet sets it on no node: docs/queues.md says how).
+HOST_GROUP_LABEL = "gpufleet.io/host-group"
 # The kubelet sets it on its node (the host name): how objects made for one host (its KubeVirt VMs) select its node.
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"

@@ -39,12 +39,12 @@ from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
 from gpufleet.diagnostics import Path, format_path
-from gpufleet.labels import GPU_MODEL_LABEL
+from gpufleet.labels import GPU_MODEL_LABEL, HOST_GROUP_LABEL
 
 API_VERSION = "metal3.io/v1alpha1"
 KIND = "BareMetalHost"
-# The BareMetalHost's labels: what a CAPM3 hostSelector or `kubectl get bmh -l` selects hosts by.
-HOST_GROUP_LABEL = "gpufleet.io/host-group"
+# The BareMetalHost's labels (HOST_GROUP_LABEL, GPU_MODEL_LABEL): what a CAPM3 hostSelector or `kubectl get bmh -l`
+# selects hosts by.
 
 ChecksumType = Literal["md5", "sha256", "sha512", "auto"]
 ImageFormat = Literal["raw", "qcow2", "vdi", "vmdk", "live-iso"]

@@ -153,6 +153,16 @@ class DraDriverRelease(_Frozen):
     source: str
 
 
+class KueueRelease(_Frozen):
+    """The Kueue release gpufleet writes queue objects for (it installs no Kueue): its APIs."""
+
+    version: str
+    min_kubernetes: str
+    api: str  # kueue.x-k8s.io/<version>: ResourceFlavor, ClusterQueue, LocalQueue
+    config_api: str  # config.kueue.x-k8s.io/<version>: the Configuration
+    source: str
+
+
 class ReleaseTable(_Frozen):
     minimum_kubernetes: MinimumKubernetes
     kubernetes: tuple[KubernetesMinor, ...]
@@ -161,6 +171,7 @@ class ReleaseTable(_Frozen):
     gpu_operator: tuple[GpuOperatorRelease, ...]
     device_plugin: tuple[DevicePluginRelease, ...]
     dra_driver: tuple[DraDriverRelease, ...]
+    kueue: KueueRelease
 
     @model_validator(mode="after")
     def _consistent(self) -> ReleaseTable:

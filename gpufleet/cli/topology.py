@@ -227,3 +227,63 @@ def _render_topology(p: Any, facts: dict[str, Any]) -> None:
             say(f"  {printable(line)}", markup=False)
     for note in p.notes:
         say(f"[dim]note: {host_text(note)}[/dim]")
+
+
+def _host_group(stack: str | None, name: str | None, root: Path | None) -> tuple[Any, Any]:
+    """The tuning profile and MIG layout of ``stack``'s host group ``name`` (the defaults without one)."""
+    from gpufleet.spec.models import TuningProfile
+
+    if name is None:
+        return TuningProfile(), None
+    if stack is None:
+        raise usage_error("--host-group names a host group of a stack: name the stack with --stack")
+    chosen = load_or_exit(stack, root, consequence="nothing planned")
+    groups = chosen.baremetal.host_groups if chosen.baremetal is not None else []
+    group = next((g for g in groups if g.name == name), None)
+    if group is None:
+        known = ", ".join(g.name for g in groups) or "none"
+        raise usage_error(f"stack {stack} has no host group {name!r}; its host groups: {known}")
+    return chosen.tuning_profile(group.tuning_profile), group.mig
+
+
+@topology_app.command("slurm")
+def topology_slurm(
+    host_root: Annotated[
+        Path, typer.Option("--host-root", help="Root holding the host's sys/ and proc/ ('/' on the host itself).")
+    ],
+    stack: Annotated[str | None, typer.Option("--stack", help="Stack of the host group.")] = None,
+    host_group: Annotated[
+        str | None, typer.Option("--host-group", help="The host's group: its MIG layout and tuning profile.")
+    ] = None,
+    node_name: Annotated[
+        str | None, typer.Option("--node-name", help="Slurm NodeName (default: the root's name).")
+    ] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """A host's Slurm lines: gres.conf (its GPUs with their NUMA node's cores; AutoDetect=nvml for MIG instances) and
+    the slurm.conf NodeName line (sockets, cores, threads, memory, GPUs by model and MIG profile). JSON:
+    {name, gres_conf:[str], slurm_conf}. Exit 1 when the host's facts are wrong, 2 for a usage error."""
+    from gpufleet.catalog import load_catalog
+    from gpufleet.hostfacts import FactsError, read_host
+    from gpufleet.slurm import slurm_node
+    from gpufleet.topology import TopologyError, plan
+
+    profile, layout = _host_group(stack, host_group, root)
+    name = node_name or os.path.basename(os.path.realpath(host_root)) or "localhost"
+    try:
+        _check_host_root(host_root)
+        facts = read_host(str(host_root), load_catalog().gpus_by_pci_id)
+        result = slurm_node(facts, plan(facts, profile, name), name, layout)
+    except FactsError as exc:
+        _refuse(name, f"host {name}: {exc}", {"error": str(exc), "path": exc.path}, as_json)
+    except TopologyError as exc:
+        _refuse(name, str(exc), {"error": exc.reason}, as_json)
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    out.print("# gres.conf", markup=False)
+    for line in result.gres_conf:
+        out.print(printable(line), markup=False)
+    out.print("# slurm.conf", markup=False)
+    out.print(printable(result.node_line), markup=False)

@@ -153,14 +153,18 @@ def node_mig(layout: MigLayout, gpus_per_node: int) -> NodeMig:
         for profile, count in group.profiles.items():
             instances[profile] += count * n
     whole = gpus_per_node - covered  # GPUs the layout leaves without MIG
-    single = len(instances) == 1 and whole == 0
-    if single:
-        resources = {"nvidia.com/gpu": sum(instances.values())}
-    else:
-        resources = {f"nvidia.com/mig-{p}": c for p, c in sorted(instances.items())}
-        if whole:
-            resources["nvidia.com/gpu"] = whole
-    return NodeMig("single" if single else "mixed", resources, dict(instances))
+    strategy: Literal["single", "mixed"] = "single" if len(instances) == 1 and whole == 0 else "mixed"
+    return NodeMig(strategy, advertised(instances, whole, strategy), dict(instances))
+
+
+def advertised(instances: Mapping[str, int], whole: int, strategy: str | None) -> dict[str, int]:
+    """The resources a MIG node's device plugin advertises (``instances``: profile -> count, ``whole``: GPUs left
+    without MIG) under its MIG ``strategy``: ``single`` counts the instances as ``nvidia.com/gpu``; ``mixed`` as
+    ``nvidia.com/mig-<profile>``, beside the whole GPUs' ``nvidia.com/gpu``."""
+    if strategy == "single":
+        return {"nvidia.com/gpu": sum(instances.values())}
+    resources = {f"nvidia.com/mig-{p}": c for p, c in sorted(instances.items())}
+    return resources | ({"nvidia.com/gpu": whole} if whole else {})
 
 
 def cluster_strategy(strategies: Iterable[str]) -> Literal["single", "mixed"] | None:

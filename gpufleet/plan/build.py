@@ -50,6 +50,7 @@ from gpufleet.labels import (
 from gpufleet.mig.outputs import (
     DISABLED_CONFIG,
     NamedLayout,
+    advertised,
     aks_instances,
     cluster_strategy,
     mig_parted_config,
@@ -139,7 +140,10 @@ def pool_mig(pool: GpuPool, gpu: Gpu, gpus: int) -> MigPlan | None:
         per_gpu = aks_instances(gpu, pool.mig.profile, 1)
         layout = MigLayout(config_name="aks", devices=[MigDeviceGroup(profiles=per_gpu)])
         plan = mig_plan("aks", layout, gpus, gpu_instance_profile=pool.mig.profile)
-        return dataclasses.replace(plan, strategy=pool.mig_strategy) if pool.mig_strategy else plan
+        if pool.mig_strategy is None:
+            return plan
+        resources = advertised(plan.instances_per_node or {}, plan.whole_gpus or 0, pool.mig_strategy)
+        return dataclasses.replace(plan, strategy=pool.mig_strategy, resources=resources)
     if isinstance(pool.mig, OperatorManagedMig):
         return mig_plan("operator", pool.mig, gpus, config_name=pool.mig.config_name)
     return None
@@ -470,4 +474,5 @@ def plan_stack(stack: Stack, catalog: Catalog) -> StackPlan:
         pools=pools,
         baremetal=baremetal,
         host_groups=host_groups,
+        teams=tuple(stack.teams),
     )

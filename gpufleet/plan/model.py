@@ -27,6 +27,7 @@ from gpufleet.spec.models import (
     Security,
     Spot,
     SystemPool,
+    Team,
     TuningProfile,
     Upgrade,
     Vgpu,
@@ -282,6 +283,7 @@ class StackPlan:
     pools: tuple[PoolPlan, ...] = ()
     baremetal: BaremetalPlan | None = None
     host_groups: tuple[HostGroupPlan, ...] = ()
+    teams: tuple[Team, ...] = ()  # who queues GPU work (gpufleet.queues: Kueue's ClusterQueues and LocalQueues)
 
     def to_dict(self) -> dict[str, Any]:
         return plain(self)

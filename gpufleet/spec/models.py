@@ -1087,6 +1087,32 @@ class Baremetal(StrictModel):
         return next((g for g in self.host_groups if g.name == name), None)
 
 
+# -- teams: who queues GPU work (gpufleet render's Kueue objects, docs/queues.md) -------------------------------
+
+CohortName = Annotated[
+    str, matching(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", "a Kueue cohort name (DNS-1123 label, 1-63 characters)")
+]
+DEFAULT_COHORT = "gpufleet"
+
+
+class Team(StrictModel):
+    """A team that runs GPU work in its own namespace: its ClusterQueue gets a share of every GPU pool's and host
+    group's quota in proportion to its weight, and a LocalQueue in its namespace points there."""
+
+    name: Annotated[
+        str, matching(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", "a DNS-1123 label (its ClusterQueue's name), e.g. 'ml-a'")
+    ]
+    namespace: Namespace | None = Field(None, description="the team's namespace (default: its name)")
+    weight: int = Field(1, ge=1, le=1000, description="its share of each flavor's quota, relative to the others'")
+    cohort: CohortName = Field(
+        DEFAULT_COHORT, description="teams of one cohort borrow each other's unused quota (Kueue cohortName)"
+    )
+
+    @property
+    def queue_namespace(self) -> str:
+        return self.namespace or self.name
+
+
 # -- the stack -----------------------------------------------------------------------------------------------
 
 Stage = Annotated[str, matching(r"[a-z][a-z0-9]{0,15}", "1-16 lowercase letters and digits, e.g. 'prod'")]
@@ -1104,6 +1130,7 @@ class Stack(StrictModel):
     aks: Aks | None = None
     baremetal: Baremetal | None = None
     tuning_profiles: dict[Identifier, TuningProfile] = Field(default_factory=dict)
+    teams: list[Team] = Field(default_factory=list, description="who queues GPU work: Kueue objects (docs/queues.md)")
 
     @model_validator(mode="after")
     def _something_to_build(self) -> Stack:

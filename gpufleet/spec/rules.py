@@ -48,6 +48,7 @@ from gpufleet.spec.models import (
     SecretRef,
     Stack,
     SystemPool,
+    Team,
     TuningProfile,
     Vgpu,
 )
@@ -809,6 +810,22 @@ def check_unique(items: Sequence[tuple[Path, str]], what: str, scope: str) -> It
         seen.add(name)
 
 
+def check_teams(teams: Sequence[Team]) -> Iterator[Finding]:
+    """A team's name names its ClusterQueue, its namespace holds its one LocalQueue: both unique per stack."""
+    yield from check_unique([(("teams", i, "name"), t.name) for i, t in enumerate(teams)], "team", "stack")
+    seen: dict[str, str] = {}
+    for i, team in enumerate(teams):
+        namespace = team.queue_namespace
+        if namespace in seen:
+            key = "namespace" if team.namespace is not None else "name"
+            yield Finding(
+                ("teams", i, key),
+                f"namespace {namespace!r} is team {seen[namespace]!r}'s already; each team queues from its own"
+                " namespace (set namespace: to another)",
+            )
+        seen.setdefault(namespace, team.name)
+
+
 # -- the whole stack -----------------------------------------------------------------------------------------
 
 
@@ -834,6 +851,7 @@ def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
         )
         yield from check_aks_pools(stack.aks.gpu_pools, stack.aks.cluster.system_pool, in_region)
         yield from check_nap_cluster(stack)
+    yield from check_teams(stack.teams)
     if stack.baremetal is not None:
         profiles = dict(stack.tuning_profiles)
         profiles.setdefault("default", TuningProfile())

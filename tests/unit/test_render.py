@@ -14,6 +14,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 from jsonschema import Draft202012Validator
 from ruamel.yaml import YAML
 
@@ -157,10 +158,11 @@ def test_every_rendered_builtin_object_passes_kubernetes_validate_strict(rendere
     version = charts.kube_version(stack.release.kubernetes).removeprefix("v")
     crd_kinds = {o["spec"]["names"]["kind"] for o in _objects(result, "CustomResourceDefinition")}
     checked = 0
-    # gpufleet's DRA objects too (claim templates, DeviceClasses; not Kueue's Configuration, a config file's content),
-    # and its monitoring ConfigMap (the Prometheus operator's objects: tests/unit/test_monitoring.py, by their CRDs)
+    # gpufleet's DRA objects too (claim templates, DeviceClasses; not Kueue's Configuration, a config file's content,
+    # nor its queues: custom resources, checked against Kueue's CRDs below), and its monitoring ConfigMap (the
+    # Prometheus operator's objects: tests/unit/test_monitoring.py, by their CRDs)
     generated = [
-        o for g in result.generated if g.name != "kueue" for o in g.objects
+        o for g in result.generated if g.name not in ("kueue", "queues") for o in g.objects
         if not o["apiVersion"].startswith("monitoring.coreos.com/")
     ]  # fmt: skip
     for obj in [*(o for c in result.charts for o in c.objects), *generated]:
@@ -172,8 +174,10 @@ def test_every_rendered_builtin_object_passes_kubernetes_validate_strict(rendere
 
 
 def _crd_validators(result: charts.Render) -> dict[tuple[str, str], Draft202012Validator]:
+    """The chart's CRDs, and Kueue's (vendored: tests/fixtures/crds/kueue) for gpufleet's queues."""
     out = {}
-    for crd in _objects(result, "CustomResourceDefinition"):
+    kueue = [yaml.safe_load(p.read_text()) for p in sorted((FIXTURES / "crds" / "kueue").glob("*.yaml"))]
+    for crd in [*_objects(result, "CustomResourceDefinition"), *kueue]:
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:
             schema = closed_schema(version["schema"]["openAPIV3Schema"])
@@ -196,7 +200,10 @@ def test_every_custom_resource_passes_its_crds_schema(rendered, case):
     release = result.charts[0].release
     if release.chart == GPU_OPERATOR_CHART:  # the one custom resource the operator reads, as the advertisers chose
         dra = release.values.get("gpuCluster", {}).get("deployCR", False)
-        kinds = [o["kind"] for o in customs if o["kind"] != "ComputeDomain"]  # gpufleet's example ones are checked too
+        # gpufleet's example ComputeDomains and its Kueue queues are checked too
+        kinds = [
+            o["kind"] for o in customs if o["kind"] != "ComputeDomain" and not o["apiVersion"].startswith("kueue.")
+        ]
         assert kinds == (["GPUCluster"] if dra else ["ClusterPolicy"])
 
 
@@ -417,8 +424,12 @@ def test_render_writes_the_manifests_nodes_and_where_each_daemonset_runs(tmp_pat
     proc = gpufleet("prod-westeurope", "-o", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(p.name for p in out.iterdir()) == [
-        "gpu-operator.yaml", "gpufleet-monitoring.yaml", "nodes.yaml", "summary.json"
-    ]  # fmt: skip
+        "gpu-operator.yaml",
+        "gpufleet-kueue.yaml",
+        "gpufleet-monitoring.yaml",
+        "nodes.yaml",
+        "summary.json",
+    ]
     assert "DaemonSet gpu-operator-node-feature-discovery-worker runs on h100mig, h100train" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stack"] == "prod-westeurope"

@@ -243,6 +243,7 @@ def test_render_writes_the_dra_objects_beside_the_chart_and_reports_them_in_json
         "dra-deviceclasses.yaml",
         "gpu-operator.yaml",
         "gpufleet-dra.yaml",
+        "gpufleet-kueue.yaml",
         "kueue-device-class-mappings.yaml",
         "nodes.yaml",
         "summary.json",
@@ -253,6 +254,11 @@ def test_render_writes_the_dra_objects_beside_the_chart_and_reports_them_in_json
         {"name": "dra", "file": "gpufleet-dra.yaml", "objects": {"ComputeDomain": 1, "ResourceClaimTemplate": 3}},
         {"name": "device-classes", "file": "dra-deviceclasses.yaml", "objects": {"DeviceClass": 5}},
         {"name": "kueue", "file": "kueue-device-class-mappings.yaml", "objects": {"Configuration": 1}},
+        {
+            "name": "queues",
+            "file": "gpufleet-kueue.yaml",
+            "objects": {"ClusterQueue": 1, "ResourceFlavor": 3},
+        },
     ]
     assert summary["charts"][0]["objects"]["GPUCluster"] == 1 and "ClusterPolicy" not in summary["charts"][0]["objects"]
     templates = list(pyyaml.safe_load_all((out / "gpufleet-dra.yaml").read_text()))
@@ -267,10 +273,10 @@ def test_render_writes_the_dra_objects_beside_the_chart_and_reports_them_in_json
     assert [m["name"] for m in kueue["resources"]["deviceClassMappings"]] == ["nvidia.com/gpu", "nvidia.com/mig"]
 
 
-def test_a_stack_without_dra_generates_nothing():
+def test_a_stack_without_dra_generates_its_queues_only():
     proc = gpufleet("prod-eastus", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["generated"] == []
+    assert [g["name"] for g in json.loads(proc.stdout)["generated"]] == ["queues"]
 
 
 def _apply_diff(text: str, diff: str) -> str:
