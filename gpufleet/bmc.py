@@ -621,6 +621,17 @@ class Bmc:
         self.wait_power(system_id, "Off", timeout, progress, "ForceOff")
         return "forced"
 
+    def power_cycle(self, system_id: str, timeout: float, progress: Progress | None = None) -> None:
+        """Cut the system's power and give it back: ``ForceOff``, then ``On`` (``ForceOn`` where only that is
+        allowed), waiting for each. Unlike a reboot, the devices lose power too: what a GPU that fell off its PCIe
+        bus needs (docs/remediation.md)."""
+        if _enum(self._system(system_id).power_state) != "Off":
+            if progress:
+                progress(f"system {system_id}: reset ForceOff")
+            self.reset(system_id, "ForceOff")
+            self.wait_power(system_id, "Off", timeout, progress, "ForceOff")
+        self.power_on(system_id, timeout, progress)
+
     def set_boot_override(self, system_id: str, target: str, mode: str = "UEFI", once: bool = True) -> str | None:
         """Boot ``target`` (Pxe, Hdd, Cd...) at the next boot (``once``) or every boot, in ``mode``. A target or
         mode the system does not list in its AllowableValues is refused before anything is sent.

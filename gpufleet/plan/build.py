@@ -446,6 +446,7 @@ def baremetal_plan(stack: Stack, host_groups: tuple[HostGroupPlan, ...], layouts
         hosts=tuple(bm.hosts),
         metal3=bm.metal3,
         converge=bm.converge,
+        remediation=bm.remediation,
     )
 
 

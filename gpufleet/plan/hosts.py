@@ -53,7 +53,8 @@ def clear_cache() -> None:
 
 def stack_view(plan: StackPlan) -> dict[str, Any]:
     """What a play of a bare-metal stack needs before it knows a host: names, release pins, inventory, rollout
-    (``serial``, ``max_fail_percentage``, ``reboot_ok``), the host groups (all, and those with a MIG layout) and the
+    (``serial``, ``max_fail_percentage``, ``reboot_ok``), the remediation policy (``max_hosts_at_once``,
+    ``xid_actions``: ansible/remediate.yml), the host groups (all, and those with a MIG layout) and the
     one mig-parted config of every layout (``all-disabled`` only, when no group has one)."""
     if plan.baremetal is None:
         raise ValueError(f"stack {plan.stack} has no bare-metal hosts (gpufleet:baremetal)")
@@ -65,6 +66,7 @@ def stack_view(plan: StackPlan) -> dict[str, Any]:
         "release": dict(plan.release),
         "inventory": bm.inventory,
         "rollout": plain(bm.rollout),
+        "remediation": plain(bm.remediation),
         "host_groups": [g.name for g in plan.host_groups],
         "mig_host_groups": [g.name for g in plan.host_groups if g.mig_layout],
         "mig_parted_config": bm.mig_parted_config or mig_parted_config([]),

@@ -23,6 +23,7 @@ from gpufleet.spec.models import (
     Metal3Settings,
     Network,
     PoolTuning,
+    Remediation,
     Rollout,
     Security,
     Spot,
@@ -271,6 +272,7 @@ class BaremetalPlan:
     hosts: tuple[BaremetalHost, ...] = ()  # the BMC-managed servers the Pulumi program creates (validated)
     metal3: Metal3Settings | None = None  # engine metal3: the management cluster and namespace
     converge: bool = False  # pulumi up runs ansible/site.yml on the hosts it created
+    remediation: Remediation = field(default_factory=Remediation)  # what remediate.yml does about Xids
 
 
 @dataclass(frozen=True)

@@ -791,6 +791,22 @@ class Rollout(StrictModel):
     reboot_ok: bool = Field(False, description="hosts may be rebooted to apply kernel arguments")
 
 
+RemediationAction = Literal["none", "cordon", "gpu-reset", "reboot", "power-cycle"]
+
+
+class Remediation(StrictModel):
+    """What ``ansible/remediate.yml`` does about a host's GPU faults (Xids): the action per Xid follows NVIDIA's
+    resolution for it (gpufleet/catalog/xids.yaml, docs/remediation.md) unless ``xid_actions`` names another."""
+
+    max_hosts_at_once: int = Field(
+        1, ge=1, description="hosts of one host group out of service at once, those already out included"
+    )
+    xid_actions: dict[int, RemediationAction] = Field(
+        default_factory=dict,
+        description="Xid -> none, cordon, gpu-reset, reboot or power-cycle, instead of NVIDIA's resolution for it",
+    )
+
+
 # -- bare-metal hosts (BMC-managed servers a Pulumi stack creates) --------------------------------------------
 
 # A Pulumi config key: 'namespace:name' (pulumi config set [--secret] KEY VALUE).
@@ -1056,6 +1072,7 @@ class Baremetal(StrictModel):
         matching(r"(?!/)(?!.*\.\.)[A-Za-z0-9_./-]+", "a path relative to the repository root, without '..'"),
     ]
     rollout: Rollout = Field(default_factory=Rollout)
+    remediation: Remediation = Field(default_factory=Remediation)
     host_groups: list[HostGroup] = Field(min_length=1)
     engine: Literal["redfish", "metal3"] = Field(
         "redfish", description="redfish: the Pulumi program drives each BMC; metal3: Metal3/Ironic do, on a cluster"

@@ -45,6 +45,7 @@ from gpufleet.spec.models import (
     MigLayout,
     OperatorManagedMig,
     Release,
+    Remediation,
     SecretRef,
     Stack,
     SystemPool,
@@ -797,8 +798,23 @@ def check_baremetal_hosts(
 def check_baremetal(bm: Baremetal, ctx: Context) -> Iterator[Finding]:
     """The bare-metal hosts of a structurally valid stack, and the engine's secrets."""
     yield from check_baremetal_hosts(bm.hosts, bm.host_groups, bm.engine, ctx)
+    yield from check_remediation(bm.remediation)
     if bm.metal3 is not None:
         yield from check_secret_ref(bm.metal3.kubeconfig, ("baremetal", "metal3", "kubeconfig"), ctx)
+
+
+def check_remediation(remediation: Remediation) -> Iterator[Finding]:
+    """Each Xid the policy names is one gpufleet's Xid catalog knows (NVIDIA's code, with its resolution)."""
+    from gpufleet.remediation import xid_catalog
+
+    known = xid_catalog()
+    for code in remediation.xid_actions:
+        if code not in known:
+            yield Finding(
+                ("baremetal", "remediation", "xid_actions", code),
+                f"Xid {code} is not in gpufleet's Xid catalog (gpufleet/catalog/xids.yaml); known: "
+                + ", ".join(str(c) for c in sorted(known)),
+            )
 
 
 def check_unique(items: Sequence[tuple[Path, str]], what: str, scope: str) -> Iterator[Finding]:

@@ -84,6 +84,7 @@ class Tools:
     persistence: str = "0, Enabled\n1, Enabled\n"
     dcgm: str = DCGM_PASS
     dcgm_rc: int = 0
+    kernel_log: str = ""  # what the journalctl stand-in prints: the NVIDIA driver's Xid lines of this boot
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,7 @@ class Scenario:
     stack: str | None = None
     ssh_port: int | None = None  # an SSH host at 127.0.0.1:PORT instead of a local connection
     planted: dict[str, str] = field(default_factory=dict)  # files below the host's root: path -> content
+    remediation: dict[str, Any] | None = None  # gpufleet's remediation state on the host (None: never remediated)
 
 
 def debian_module(installed: str) -> Tools:
@@ -118,11 +120,21 @@ EVERY_CHECK_FAILS = Tools(
 )
 DOWN = Scenario("down", "UNREACHABLE", tools=None, variables={}, ssh_port=1)
 IMEX_MASKED = Tools(DriverHost(imex_enabled="masked"))
+# The NVIDIA driver's kernel log line for a GPU that fell off the bus, as journalctl -o short-monotonic prints it
+XID_79 = "[ 5107.644336] gpu-7 kernel: NVRM: Xid (PCI:0000:41:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+REMEDIATED = {  # gpufleet's state on a host ansible/remediate.yml power-cycled (the Xid was in the boot before)
+    "boot_id": "a-boot-before", "handled_through": -1, "out_of_service": None,
+    "history": [{"time": "2026-11-27T08:40:00+00:00", "action": "power-cycle",
+                 "why": "Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS) on 0000:41:00 calls for power-cycle",
+                 "result": "power-cycle done, no new Xid: back in service"}],
+}
+OUT_OF_SERVICE = {"boot_id": "b", "out_of_service": "Xid 48 (ROBUST_CHANNEL_GPU_ECC_DBE) on 0000:41:00 calls for cordon"}
 PASSING = [
     Scenario("planned", "ok"),
     Scenario("debian-open", "ok", tools=debian_module("nvidia-current-open"), variables=DEBIAN_535),
     # one owner each, the planned ones: the host's driver, the DRA kubelet plugin; nvidia-imex masked
     Scenario("nvl72-dra", "ok", tools=IMEX_MASKED, group="nvl72", stack=NVL72, planted=HOST_MODULE | DRA_PLUGIN),
+    Scenario("remediated", "ok", remediation=REMEDIATED),
 ]
 FAILING = [
     Scenario("debian-proprietary", "FAIL", tools=debian_module("nvidia-current"), variables=DEBIAN_535),
@@ -140,6 +152,9 @@ FAILING = [
              planted=DEVICE_PLUGIN | DRA_PLUGIN),
     Scenario("imex-running", "FAIL", tools=Tools(DriverHost(imex_enabled="enabled", imex_active="active")),
              group="nvl72", stack=NVL72),
+    # an Xid 79 this boot that ansible/remediate.yml has not handled yet; a host remediate.yml took out of service
+    Scenario("xid-79", "FAIL", tools=Tools(kernel_log=XID_79)),
+    Scenario("out-of-service", "FAIL", remediation=OUT_OF_SERVICE),
 ]  # fmt: skip
 LIMITED_OUT = "other"  # in the failing run's inventory, left out by --limit
 
@@ -163,7 +178,10 @@ def install_tools(tmp_path: Path, tools: Tools) -> dict[str, Any]:
     finds them first on PATH; the host variables that use them."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for tool, (text, rc) in {"nvidia-smi": (tools.persistence, 0), "dcgmi": (tools.dcgm, tools.dcgm_rc)}.items():
+    standins = {"nvidia-smi": (tools.persistence, 0), "dcgmi": (tools.dcgm, tools.dcgm_rc)}
+    if tools.kernel_log:  # journalctl --grep exits 1 when no line matches, as the real one does
+        standins["journalctl"] = (tools.kernel_log, 0)
+    for tool, (text, rc) in standins.items():
         (tmp_path / f"{tool}.out").write_text(text)
         (bin_dir / tool).write_text(f"#!/bin/sh\ncat '{tmp_path / f'{tool}.out'}'\nexit {rc}\n")
         (bin_dir / tool).chmod(0o755)
@@ -191,7 +209,12 @@ def host_vars(tmp_path: Path, scenario: Scenario) -> dict[str, Any]:
         (tmp_path / scenario.host / "root" / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / scenario.host / "root" / path).write_text(content)
     stack = {"verify_test_stack": scenario.stack} if scenario.stack else {}
-    return connection | tools | scenario.variables | stack | {"verify_test_plan": plan(scenario)}
+    state = tmp_path / scenario.host / "remediation.json"  # the host's state file, where remediate.yml writes it
+    if scenario.remediation is not None:
+        state.parent.mkdir(parents=True, exist_ok=True)
+        state.write_text(json.dumps(scenario.remediation))
+    remediation = {"gpufleet_remediation_file": str(state)}
+    return connection | tools | scenario.variables | stack | remediation | {"verify_test_plan": plan(scenario)}
 
 
 def run_verify(tmp_path: Path, scenarios: list[Scenario], *args: str) -> tuple[int, str]:
@@ -275,6 +298,7 @@ def test_hosts_in_their_planned_state_pass_every_check(passing_run):
         "persistence": "ok",
         "mig": "skip",
         "dcgm": "ok",
+        "health": "ok",
     }
     assert "failures:" not in lines
     assert skips(lines, "planned") == {
@@ -383,6 +407,7 @@ def test_host_of_a_group_with_a_mig_layout_is_checked_against_that_layout(failin
         "persistence": "skip",
         "mig": "FAIL",
         "dcgm": "skip",
+        "health": "ok",
     }
     assert [line.split(":")[0] for line in failures(lines, "mig-group")] == ["  mig-group  mig"]
     # no stand-ins here: the NVIDIA checks do not apply, and the table says why
@@ -438,3 +463,36 @@ def test_a_running_nvidia_imex_fails_the_driver_check_where_dra_runs_compute_dom
         f"  imex-running  driver: nvidia-imex.service is enabled, not masked: {why}; "
         f"nvidia-imex.service is running (active): {why}"
     )
+
+
+def test_an_xid_not_yet_remediated_fails_the_health_check_and_names_the_action(failing_run):
+    rc, output = failing_run
+    assert rc == 2, output[-4000:]
+    lines = table(output)
+    cells = row(lines, "xid-79")
+    assert cells["result"] == "FAIL" and cells["health"] == "FAIL" and cells["driver"] == "ok"
+    assert failures(lines, "xid-79") == [
+        "  xid-79  health: Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS) on 0000:41:00 calls for power-cycle,"
+        " not done yet: run ansible/remediate.yml"
+    ]
+
+
+def test_a_host_out_of_service_fails_the_health_check_until_remediate_brings_it_back(failing_run):
+    rc, output = failing_run
+    assert rc == 2, output[-4000:]
+    lines = table(output)
+    assert row(lines, "out-of-service")["health"] == "FAIL"
+    assert failures(lines, "out-of-service") == [
+        "  out-of-service  health: out of service: Xid 48 (ROBUST_CHANNEL_GPU_ECC_DBE) on 0000:41:00 calls for cordon"
+        " (ansible/remediate.yml brings it back)"
+    ]
+
+
+def test_a_remediated_host_passes_and_the_report_shows_its_last_remediation(passing_run):
+    rc, output = passing_run
+    assert rc == 0, output[-4000:]
+    lines = table(output)
+    assert row(lines, "remediated")["health"] == "ok"
+    notes = lines[lines.index("notes:") + 1 :]
+    assert "  remediated  health: last remediation 2026-11-27T08:40:00+00:00: Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS)" \
+        " on 0000:41:00 calls for power-cycle; power-cycle done, no new Xid: back in service" in notes

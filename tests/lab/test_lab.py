@@ -135,6 +135,26 @@ def stack():
     return load_stack(REPO / f"Pulumi.{STACK}.yaml").stack
 
 
+# The NVIDIA driver's kernel log line for an Xid, written to the kernel log (/dev/kmsg) as the driver logs it: the lab
+# VMs have no GPU, so this line is the planted event (docs/remediation.md). The address is a GPU's, not a lab device's.
+XID_LINE = "NVRM: Xid (PCI:0000:41:00): {code}, pid='<unknown>', name=<unknown>, {words}"
+XID_WORDS = {79: "GPU has fallen off the bus.", 48: "An uncorrectable double bit error (DBE) has been detected."}
+REMEDIATION_STATE = "/var/lib/gpufleet/remediation.json"
+
+
+def plant_xid(host, code: int) -> None:
+    line = XID_LINE.format(code=code, words=XID_WORDS[code])
+    remote(host, f"echo {shlex.quote('<3>' + line)} > /dev/kmsg")
+
+
+def boot_id(host) -> str:
+    return remote(host, "cat /proc/sys/kernel/random/boot_id").strip()
+
+
+def remediate(lab_hosts: dict, **extra: str) -> PlaybookResult:
+    return run_playbook(REPO / "ansible/remediate.yml", lab_hosts["inventory"], {"gpufleet_stack": STACK, **extra})
+
+
 # The lab's BMC through the Pulumi program's BareMetalHost provider, its CRUD called directly (no Pulumi CLI here):
 # the engine hands create/update the secret password unwrapped, and delete/read find it in the stack config by key.
 PASSWORD_KEY = "gpufleet:bmc_password"
@@ -288,11 +308,49 @@ class TestLab:
         assert "<vcpupin vcpu='0' cpuset='3'/>" in dumped and "<page size='2048' unit='KiB'/>" in dumped
         assert virt.virsh("domstate", name, check=False).returncode != 0  # undefined again
 
+    def test_remediate_power_cycles_only_the_host_with_an_xid_79_and_never_the_last_healthy_one(self, lab_hosts):
+        """ansible/remediate.yml on the lab's host group (max_hosts_at_once 2). An Xid 79 planted on one host: that
+        host alone is taken out of service, power-cycled through its Redfish BMC and back in service. Then an Xid 48
+        (cordon, for a person) on the first host and an Xid 79 on the second: the first is cordoned, and the second,
+        the group's last healthy host, is refused and left as it was. A person's return brings both back."""
+        one, other = lab_hosts["result"].hosts
+        boots = {h.name: boot_id(h) for h in (one, other)}
+        plant_xid(other, 79)
+        cycled = remediate(lab_hosts)
+        assert cycled.rc == 0, cycled.output[-3000:]
+        assert "calls for power-cycle" in cycled.output and f"{one.name}  leave   no Xid logged" in cycled.output
+        assert "reset ForceOff" in cycled.output  # through the BMC (the action's steps)
+        assert boot_id(other) != boots[other.name] and boot_id(one) == boots[one.name]  # that host only
+        state = json.loads(remote(other, f"cat {REMEDIATION_STATE}"))
+        assert state["out_of_service"] is None
+        assert state["history"][-1]["result"] == "power-cycle done, no new Xid: back in service"
+        boots[other.name] = boot_id(other)
+
+        plant_xid(one, 48)
+        plant_xid(other, 79)
+        refused = remediate(lab_hosts)
+        assert refused.rc == 2, refused.output[-3000:]
+        assert f"{one.name}  act     Xid 48 (ROBUST_CHANNEL_GPU_ECC_DBE) on 0000:41:00 calls for cordon" in refused.output
+        assert "calls for power-cycle, but it is the last healthy host of host group lab" in refused.output
+        assert boot_id(other) == boots[other.name] and boot_id(one) == boots[one.name]  # nobody rebooted
+        assert "a person repairs it" in json.loads(remote(one, f"cat {REMEDIATION_STATE}"))["out_of_service"]
+        assert json.loads(remote(other, f"cat {REMEDIATION_STATE}"))["out_of_service"] is None  # refused: unchanged
+
+        back = remediate(lab_hosts, gpufleet_remediation_return=f"{one.name},{other.name}")
+        assert back.rc == 0, back.output[-3000:]
+        for h in (one, other):
+            assert json.loads(remote(h, f"cat {REMEDIATION_STATE}"))["out_of_service"] is None
+        self.state["remediated"] = other.name  # the verify step reports its power cycle
+
     def test_verify_playbook_passes_then_fails_with_a_table_on_a_changed_hugepage_count(self, lab_hosts):
         # the first run with Ansible's own `linear` strategy, without Mitogen (ansible.cfg's default runs the rest)
         result = verify(lab_hosts, strategy="linear")
         assert result.rc == 0, result.output[-3000:]
         assert f"gpufleet verify ({STACK}): all 2 ok" in result.output
+        if "remediated" in self.state:  # the health column's note: the host's last remediation (the step above)
+            assert (
+                f"{self.state['remediated']}  health: last remediation"
+            ) in result.output and "calls for power-cycle; power-cycle done, no new Xid: back in service" in result.output
         host = lab_hosts["result"].hosts[0]
         pages = "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"
         remote(host, f"echo 10 > {pages}")

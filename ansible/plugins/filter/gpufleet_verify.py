@@ -155,7 +155,8 @@ def _grid(rows: list[list[str]]) -> list[str]:
 
 def render(states: Mapping[str, Mapping[str, Any]], title: str = "gpufleet verify") -> list[str]:
     """The report as lines: a heading, one row per host (a cell per check: ok, FAIL, skip, or - when it did not
-    run), then each failure (host, check, message) and each skipped check with its reason."""
+    run), then each failure (host, check, message), each passed check's note (a host's last remediation) and each
+    skipped check with its reason."""
     columns = _columns(states)
     verdicts = {host: host_verdict(s) for host, s in states.items()}
     bad = [h for h, v in verdicts.items() if v != "ok"]
@@ -182,6 +183,14 @@ def render(states: Mapping[str, Mapping[str, Any]], title: str = "gpufleet verif
             failures.append(f"  {host}  its checks stopped before the end (the play's output says where)")
     if failures:
         lines += ["", "failures:", *failures]
+    notes = [
+        f"  {host}  {r['check']}: {_oneline(r.get('detail'))}"
+        for host, state in states.items()
+        for r in state.get("results", [])
+        if r.get("status") == "ok" and r.get("detail")
+    ]
+    if notes:
+        lines += ["", "notes:", *notes]
     by_check: dict[tuple[str, str], list[str]] = {}
     for host, state in states.items():
         for r in state.get("results", []):

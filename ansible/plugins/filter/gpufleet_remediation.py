@@ -1,0 +1,110 @@
+"""Filters of ansible/remediate.yml and verify.yml's health check: the hosts' Xids and remediation state, judged by
+gpufleet.remediation against the stack's policy (docs/remediation.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpufleet.plaindata import plain_data
+
+
+def _policy(remediation: Any) -> Any:
+    from gpufleet.remediation import Policy
+
+    data = plain_data(remediation or {})
+    return Policy(int(data.get("max_hosts_at_once", 1)), {int(k): v for k, v in (data.get("xid_actions") or {}).items()})
+
+
+def _health(host: str, facts: Mapping[str, Any]) -> Any:
+    from gpufleet.remediation import HostHealth, host_health, load_state
+
+    if facts.get("unreachable"):
+        return HostHealth(host, str(facts.get("host_group")), (), f"unreachable ({facts['unreachable']})")
+    state = load_state(facts.get("state"))
+    return host_health(host, str(facts.get("host_group")), str(facts.get("kernel_log") or ""), state,
+                       str(facts.get("boot_id") or ""))  # fmt: skip
+
+
+def gpufleet_remediation_decide(
+    hostvars: Mapping[str, Any],
+    play_hosts: Sequence[str],
+    groups: Mapping[str, Sequence[str]],
+    host_groups: Sequence[str],
+    remediation: Any,
+) -> dict[str, Any]:
+    """``{decisions: [...], lines: [...], errors: [...]}`` for the play's hosts, each of which set the fact
+    ``gpufleet_remediation_read`` ``{host_group, kernel_log, state, boot_id}`` or ``{host_group, unreachable}``;
+    ``groups``: the inventory's groups (Ansible's ``groups``), of which the stack's ``host_groups`` count."""
+    from gpufleet.remediation import decide, incomplete_groups, render
+
+    hosts = [str(h) for h in plain_data(list(play_hosts))]
+    inventory = plain_data(dict(groups))
+    groups = {str(g): [str(h) for h in inventory.get(g, [])] for g in plain_data(list(host_groups))}
+    errors = incomplete_groups(hosts, groups)
+    healths = []
+    for host in hosts:
+        facts = plain_data(dict(hostvars[host].get("gpufleet_remediation_read") or {}))
+        healths.append(_health(host, facts))
+    decisions = [] if errors else decide(_policy(remediation), healths)
+    return {
+        "decisions": [d.to_dict() for d in decisions],
+        "lines": render(decisions) if not errors else ["gpufleet remediate: nothing decided", *errors],
+        "errors": errors,
+    }
+
+
+HEALTH_SPLIT = "--- xids"  # verify_health.yml's output: boot id, the state file, this line, the Xid lines
+
+
+def gpufleet_health_check(lines: Sequence[str], remediation: Any) -> dict[str, Any]:
+    """verify.yml's health check: ``{problems: [...], note: str}`` for one host, from the lines verify_health.yml's
+    command printed (the boot's id, gpufleet's state file, ``--- xids``, the kernel's Xid lines of this boot)."""
+    from gpufleet.remediation import health_problems, host_health, load_state
+
+    lines = [str(line) for line in plain_data(list(lines))]
+    split = lines.index(HEALTH_SPLIT) if HEALTH_SPLIT in lines else len(lines)
+    boot_id, state, kernel_log = (lines[0] if lines else ""), "\n".join(lines[1:split]), "\n".join(lines[split + 1 :])
+    data = load_state(state)
+    problems, note = health_problems(host_health("", "", str(kernel_log or ""), data, str(boot_id or "")),
+                                     _policy(remediation), data)  # fmt: skip
+    return {"problems": problems, "note": note}
+
+
+def gpufleet_remediation_out(read: Mapping[str, Any], decision: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """The host's remediation state once it is taken out of service (``read``: its gpufleet_remediation_read)."""
+    from gpufleet.remediation import load_state, taken_out
+
+    read = plain_data(dict(read))
+    return taken_out(load_state(read.get("state")), plain_data(dict(decision)), str(read.get("boot_id")), str(now))
+
+
+def gpufleet_remediation_after(
+    read: Mapping[str, Any], decision: Mapping[str, Any], kernel_log: str, boot_id: str, now: str
+) -> dict[str, Any]:
+    """The host's remediation state after its action (gpufleet.remediation.after_action)."""
+    from gpufleet.remediation import after_action, load_state
+
+    read = plain_data(dict(read))
+    return after_action(load_state(read.get("state")), plain_data(dict(decision)), str(read.get("boot_id")),
+                        str(kernel_log or ""), str(boot_id), str(now))  # fmt: skip
+
+
+def gpufleet_remediation_returned(read: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """The host's remediation state when a person brings it back into service."""
+    from gpufleet.remediation import load_state, returned
+
+    read = plain_data(dict(read))
+    return returned(load_state(read.get("state")), str(read.get("kernel_log") or ""), str(read.get("boot_id")),
+                    str(now))  # fmt: skip
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "gpufleet_remediation_decide": gpufleet_remediation_decide,
+            "gpufleet_health_check": gpufleet_health_check,
+            "gpufleet_remediation_out": gpufleet_remediation_out,
+            "gpufleet_remediation_after": gpufleet_remediation_after,
+            "gpufleet_remediation_returned": gpufleet_remediation_returned,
+        }
