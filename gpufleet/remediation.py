@@ -287,7 +287,9 @@ def after_action(
     again = host_health("", "", kernel_log, {"boot_id": boot_id, "handled_through": through}, boot_id).events
     action = decision["action"]
     if action not in RECOVERING:
-        out: str | None = f"{decision['why']}: a person repairs it, then remediate.yml -e gpufleet_remediation_return=HOST"
+        out: str | None = (
+            f"{decision['why']}: a person repairs it, then remediate.yml -e gpufleet_remediation_return=HOST"
+        )
         result = "out of service until repaired"
     elif again:
         out = f"{'; '.join(e.describe() for e in again)} again after {action} (since {now})"

@@ -330,7 +330,8 @@ class TestLab:
         plant_xid(other, 79)
         refused = remediate(lab_hosts)
         assert refused.rc == 2, refused.output[-3000:]
-        assert f"{one.name}  act     Xid 48 (ROBUST_CHANNEL_GPU_ECC_DBE) on 0000:41:00 calls for cordon" in refused.output
+        cordoned = f"{one.name}  act     Xid 48 (ROBUST_CHANNEL_GPU_ECC_DBE) on 0000:41:00 calls for cordon"
+        assert cordoned in refused.output
         assert "calls for power-cycle, but it is the last healthy host of host group lab" in refused.output
         assert boot_id(other) == boots[other.name] and boot_id(one) == boots[one.name]  # nobody rebooted
         assert "a person repairs it" in json.loads(remote(one, f"cat {REMEDIATION_STATE}"))["out_of_service"]
@@ -348,9 +349,8 @@ class TestLab:
         assert result.rc == 0, result.output[-3000:]
         assert f"gpufleet verify ({STACK}): all 2 ok" in result.output
         if "remediated" in self.state:  # the health column's note: the host's last remediation (the step above)
-            assert (
-                f"{self.state['remediated']}  health: last remediation"
-            ) in result.output and "calls for power-cycle; power-cycle done, no new Xid: back in service" in result.output
+            assert f"{self.state['remediated']}  health: last remediation" in result.output
+            assert "calls for power-cycle; power-cycle done, no new Xid: back in service" in result.output
         host = lab_hosts["result"].hosts[0]
         pages = "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"
         remote(host, f"echo 10 > {pages}")

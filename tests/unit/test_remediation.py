@@ -19,7 +19,8 @@ from gpufleet.remediation import (
 # and driver logs: with and without pid, with the PCI: prefix)
 LOG = """\
 [ 5107.644336] gpu-7 kernel: NVRM: GPU at PCI:0000:41:00: GPU-0b11d014-1685-04bd-26ed-5fc0bc1c44ae
-[ 5107.644400] gpu-7 kernel: NVRM: Xid (PCI:0000:41:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+[ 5107.644400] gpu-7 kernel: NVRM: Xid (PCI:0000:41:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off th\
+e bus.
 [ 6001.000001] gpu-7 kernel: NVRM: Xid (PCI:0000:c1:00): 13, pid=1896, name=python, Graphics Exception
 """
 
@@ -32,7 +33,10 @@ def _host(name: str, xids: tuple[int, ...] = (), group: str = "hgx", out: str | 
 
 def test_the_drivers_xid_lines_are_read_with_gpu_code_and_time():
     events = parse_xids(LOG)
-    assert [(e.pci, e.code, e.seconds) for e in events] == [("0000:41:00", 79, 5107.6444), ("0000:c1:00", 13, 6001.000001)]
+    assert [(e.pci, e.code, e.seconds) for e in events] == [
+        ("0000:41:00", 79, 5107.6444),
+        ("0000:c1:00", 13, 6001.000001),
+    ]
     assert events[0].describe() == "Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS) on 0000:41:00"
 
 

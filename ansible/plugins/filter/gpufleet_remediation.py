@@ -13,7 +13,8 @@ def _policy(remediation: Any) -> Any:
     from gpufleet.remediation import Policy
 
     data = plain_data(remediation or {})
-    return Policy(int(data.get("max_hosts_at_once", 1)), {int(k): v for k, v in (data.get("xid_actions") or {}).items()})
+    overrides = {int(k): v for k, v in (data.get("xid_actions") or {}).items()}
+    return Policy(int(data.get("max_hosts_at_once", 1)), overrides)
 
 
 def _health(host: str, facts: Mapping[str, Any]) -> Any:
