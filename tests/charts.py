@@ -18,7 +18,7 @@ from ruamel.yaml import YAML
 from gpufleet import charts
 from gpufleet.gpu_software import GPU_OPERATOR_CHART, ChartRelease
 from gpufleet.plan import plan_stack
-from gpufleet.spec import load_stack_text
+from gpufleet.spec import Stack, load_stack_text
 from tests.conftest import REPO, TODAY
 
 REFERENCE_CHARTS = REPO.parent / "shared" / "reference" / "charts"
@@ -107,8 +107,8 @@ def render_stack(stack: Any, catalog: Any, chart: str = GPU_OPERATOR_CHART) -> c
     return charts.render(plan_stack(stack, catalog), directory=CHARTS_DIR, baremetal_chart=chart)
 
 
-def render_variant(path: Path, catalog: Any, edit: Callable[[Any], None]) -> charts.Render:
-    """Render a copy of a stack file changed by ``edit`` (a function on its YAML ``config``)."""
+def stack_variant(path: Path, edit: Callable[[Any], None]) -> Stack:
+    """A copy of a stack file changed by ``edit`` (a function on its YAML ``config``), validated."""
     yaml = YAML()
     data = yaml.load(path.read_text())
     edit(data["config"])
@@ -116,4 +116,9 @@ def render_variant(path: Path, catalog: Any, edit: Callable[[Any], None]) -> cha
     yaml.dump(data, text)
     loaded = load_stack_text(text.getvalue(), path.name, today=TODAY)
     assert loaded.stack is not None, [str(d) for d in loaded.diagnostics]
-    return render_stack(loaded.stack, catalog)
+    return loaded.stack
+
+
+def render_variant(path: Path, catalog: Any, edit: Callable[[Any], None]) -> charts.Render:
+    """Render a copy of a stack file changed by ``edit`` (a function on its YAML ``config``)."""
+    return render_stack(stack_variant(path, edit), catalog)

@@ -114,21 +114,10 @@ def topology_plan(
     cores were split. Exit 1 when the host's facts are wrong (one line naming the sysfs file: a garbage CPU list, a
     FIFO, a symlink loop...) or the profile cannot work on the host (too few cores for the GPUs, a GPU the catalog
     does not know...), 2 for a usage error."""
-    from gpufleet.catalog import load_catalog
-    from gpufleet.hostfacts import FactsError, read_host
-    from gpufleet.topology import TopologyError, plan
 
     tuning = _with_overrides(_tuning_profile(profile, stack, root), cores_per_gpu, reserve_cores)
     name = host or os.path.basename(os.path.realpath(host_root)) or "localhost"
-    catalog = load_catalog().gpus_by_pci_id
-    try:
-        _check_host_root(host_root)
-        facts = read_host(str(host_root), catalog)
-        result = plan(facts, tuning, name)
-    except FactsError as exc:
-        _refuse(name, f"host {name}: {exc}", {"error": str(exc), "path": exc.path}, as_json)
-    except TopologyError as exc:
-        _refuse(name, str(exc), {"error": exc.reason}, as_json)
+    facts, result = _planned_host(host_root, tuning, name, as_json)
     if as_json:
         emit_json(result.to_dict())
         return
@@ -149,6 +138,23 @@ def _check_host_root(host_root: Path) -> None:
         raise FactsError(node_dir, f"cannot be read: {exc.strerror or exc}") from None
     if not is_dir:
         raise usage_error(f"{host_root} has no sys/devices/system/node: not a host root")
+
+
+def _planned_host(host_root: Path, tuning: Any, name: str, as_json: bool) -> tuple[dict[str, Any], Any]:
+    """The facts of the host below ``host_root`` and its topology plan under ``tuning``; exit 1 with the reason when
+    the tree is not a host's or the plan is impossible."""
+    from gpufleet.catalog import load_catalog
+    from gpufleet.hostfacts import FactsError, read_host
+    from gpufleet.topology import TopologyError, plan
+
+    try:
+        _check_host_root(host_root)
+        facts = read_host(str(host_root), load_catalog().gpus_by_pci_id)
+        return facts, plan(facts, tuning, name)
+    except FactsError as exc:
+        _refuse(name, f"host {name}: {exc}", {"error": str(exc), "path": exc.path}, as_json)
+    except TopologyError as exc:
+        _refuse(name, str(exc), {"error": exc.reason}, as_json)
 
 
 def _refuse(host: str, message: str, detail: dict[str, Any], as_json: bool) -> NoReturn:
@@ -264,21 +270,12 @@ def topology_slurm(
     """A host's Slurm lines: gres.conf (its GPUs with their NUMA node's cores; AutoDetect=nvml for MIG instances) and
     the slurm.conf NodeName line (sockets, cores, threads, memory, GPUs by model and MIG profile). JSON:
     {name, gres_conf:[str], slurm_conf}. Exit 1 when the host's facts are wrong, 2 for a usage error."""
-    from gpufleet.catalog import load_catalog
-    from gpufleet.hostfacts import FactsError, read_host
     from gpufleet.slurm import slurm_node
-    from gpufleet.topology import TopologyError, plan
 
     profile, layout = _host_group(stack, host_group, root)
     name = node_name or os.path.basename(os.path.realpath(host_root)) or "localhost"
-    try:
-        _check_host_root(host_root)
-        facts = read_host(str(host_root), load_catalog().gpus_by_pci_id)
-        result = slurm_node(facts, plan(facts, profile, name), name, layout)
-    except FactsError as exc:
-        _refuse(name, f"host {name}: {exc}", {"error": str(exc), "path": exc.path}, as_json)
-    except TopologyError as exc:
-        _refuse(name, str(exc), {"error": exc.reason}, as_json)
+    facts, topology = _planned_host(host_root, profile, name, as_json)
+    result = slurm_node(facts, topology, name, layout)
     if as_json:
         emit_json(result.to_dict())
         return

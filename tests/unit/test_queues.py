@@ -8,7 +8,6 @@ import functools
 import json
 import os
 from collections import Counter
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
-from ruamel.yaml import YAML
 
 from gpufleet import charts
 from gpufleet.catalog.releases import load_releases
@@ -25,8 +23,8 @@ from gpufleet.labels import HOST_GROUP_LABEL
 from gpufleet.plan import StackPlan, plan_stack
 from gpufleet.queues import KueuePlan, kueue_plan, split
 from gpufleet.scheduling import NodeShape, Placement, why_not
-from gpufleet.spec import load_stack, load_stack_text
-from tests.charts import CHARTS_DIR, crd_errors, crd_validator, needs_charts
+from gpufleet.spec import load_stack
+from tests.charts import CHARTS_DIR, crd_errors, crd_validator, needs_charts, stack_variant
 from tests.conftest import FIXTURES, REPO, TODAY, cli
 
 KUEUE_CRDS = FIXTURES / "crds" / "kueue"
@@ -60,14 +58,7 @@ def _plan(path: Path, catalog: Any) -> StackPlan:
 
 def _variant(path: Path, catalog: Any, edit: Any) -> StackPlan:
     """The plan of a copy of a stack file changed by ``edit`` (a function on its YAML ``config``)."""
-    doc = YAML()
-    data = doc.load(path.read_text())
-    edit(data["config"])
-    text = StringIO()
-    doc.dump(data, text)
-    loaded = load_stack_text(text.getvalue(), path.name, today=TODAY)
-    assert loaded.stack is not None, [str(d) for d in loaded.diagnostics]
-    return plan_stack(loaded.stack, catalog)
+    return plan_stack(stack_variant(path, edit), catalog)
 
 
 def _queues(plan: StackPlan) -> KueuePlan:
