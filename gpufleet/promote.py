@@ -13,7 +13,9 @@ the previous step proved healthy.
   it): ``earlier_waves`` (every earlier wave of the target's stage runs the release), ``verified`` (the source has a
   successful verification of the release, and no failed one after it), ``soaked`` (the source's stage soak time
   has passed since the release's verifications there began to pass, counted from when they were written; a failed
-  one restarts it). An invalid source or result, or uncommitted changes in either stack, are never forced.
+  one restarts it), and, where a stage lists it, ``canary_verified`` (the target's canary hosts passed the verify
+  playbook, its DCGM diagnostic at the target's level included, in the latest report recorded for the release the
+  target runs now). An invalid source or result, or uncommitted changes in either stack, are never forced.
 - **Ledger**: :mod:`gpufleet.promote_ledger` (hash-chained, appended under a lock).
 
 Pure except for the I/O at the edges (:func:`load_policy`, the git helpers, :meth:`StackFiles.read`,
@@ -47,8 +49,9 @@ from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, 
 
 POLICY_FILE = "promotion.yaml"
 RELEASE_KEY = f"{NAMESPACE}:release"
-Gate = Literal["earlier_waves", "verified", "soaked"]
-GATES: tuple[Gate, ...] = ("earlier_waves", "verified", "soaked")
+Gate = Literal["earlier_waves", "verified", "soaked", "canary_verified"]
+GATES: tuple[Gate, ...] = ("earlier_waves", "verified", "soaked", "canary_verified")
+DEFAULT_GATES: tuple[Gate, ...] = ("earlier_waves", "verified", "soaked")  # canary_verified: a stage opts in
 ORDER = "order"  # a source out of the policy's order: not a policy gate (always checked), but forceable like one
 FORCEABLE = (*GATES, ORDER)
 
@@ -75,7 +78,7 @@ class PolicyStage(StrictModel):
     name: StageName
     waves: list[Annotated[list[RegionName], Field(min_length=1)]] = Field(min_length=1)
     soak: SoakTime = Field("24h", description="how long a release runs verified here before it moves on")
-    gates: list[Gate] = Field(default_factory=lambda: list(GATES), description="what promotions into it need")
+    gates: list[Gate] = Field(default_factory=lambda: list(DEFAULT_GATES), description="what promotions into it need")
 
 
 class Policy(StrictModel):
@@ -337,6 +340,67 @@ def last_verification(entries: Sequence[Entry], stack: str, release: str) -> Ver
     return Verification(min(e.since for e in ordered[start:]), "ok")
 
 
+def canary_problem(files: StackFiles, entries: Sequence[Entry], target: str) -> str | None:
+    """Why ``target``'s canary hosts (``gpufleet:baremetal.verify.canaries``) do not pass the ``canary_verified``
+    gate, or None when they do: each is ``ok`` in the latest verify report recorded for the release the target runs
+    now (``gpufleet promote record TARGET --report FILE``), with DCGM's diagnostic at the target's level or higher."""
+    from gpufleet.dcgm_diag import diag_level
+
+    loaded = files.loaded(target)
+    if loaded is None or loaded.stack is None or not loaded.ok:
+        return None  # refused as invalid already
+    stack, file = loaded.stack, files.path(target).name
+    bm = stack.baremetal
+    if bm is None or not bm.verify.canaries:
+        return f"{file} names no canary hosts: list them under gpufleet:baremetal.verify.canaries"
+    level = diag_level(stack.stage, bm.verify.dcgm_diag_level)
+    release = release_hash(stack.release.model_dump())
+    reports = [e for e in entries if e.kind == "verify" and e.stack == target and e.release == release and e.hosts]
+    todo = (
+        f"run the verify playbook on them with -e gpufleet_verify_report_file=report.json, then: gpufleet promote"
+        f" record {target} --report report.json"
+    )
+    if not reports:
+        return f"{target} has no verify report of its hosts recorded for release {release} (the one it runs): {todo}"
+    latest = max(reports, key=lambda e: (e.time, e.line))
+    problems = []
+    for name in bm.verify.canaries:
+        host = latest.hosts.get(name)
+        if host is None:
+            problems.append(f"{name} is not in it")
+        elif host.get("result") != "ok":
+            problems.append(f"{name} did not pass ({host.get('result')})")
+        elif (host.get("dcgm_level") or 0) < level:
+            ran = f"level {host['dcgm_level']}" if host.get("dcgm_level") else "none"
+            problems.append(f"{name} ran DCGM's diagnostic at {ran}; {target} requires level {level}")
+    if not problems:
+        return None
+    return f"canary hosts of {target}, in the verify report of {iso(latest.time)}: {'; '.join(problems)}: {todo}"
+
+
+def report_hosts(doc: Any, stack: str) -> tuple[str, dict[str, dict[str, Any]]]:
+    """From a verify report (verify.yml's ``-e gpufleet_verify_report_file``, JSON read): its result (``ok`` when
+    every host passed) and per host what the ledger keeps, ``{result, dcgm_level}``. ValueError saying what is
+    wrong when it is no report of ``stack`` (the report names the stack, or its stack file)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("hosts"), dict) or not doc["hosts"]:
+        raise ValueError(
+            "it is no verify report with hosts (verify.yml -e gpufleet_verify_report_file=PATH writes one)"
+        )
+    named = str(doc.get("stack") or "")
+    name = stack_name_from_file(Path(named)) if named.endswith((".yaml", ".yml")) else named
+    if name != stack:
+        raise ValueError(f"it is a report of stack {named or '(none)'!r}, not of {stack}")
+    hosts: dict[str, dict[str, Any]] = {}
+    for host, state in doc["hosts"].items():
+        if not isinstance(state, dict) or not isinstance(state.get("result"), str):
+            raise ValueError(f"host {host!r} has no result")
+        dcgm = state.get("dcgm")
+        level = dcgm.get("level") if isinstance(dcgm, dict) else None
+        hosts[str(host)] = {"result": state["result"], "dcgm_level": level if isinstance(level, int) else None}
+    result = "ok" if doc.get("ok") is True and all(h["result"] == "ok" for h in hosts.values()) else "failed"
+    return result, hosts
+
+
 def order_problem(policy: Policy, source: str, target: str) -> str | None:
     """Why ``source`` is not where the policy's order takes ``target``'s release from, or None when it is: a stack
     of the previous stage, or of an earlier wave of the target's stage."""
@@ -438,7 +502,7 @@ def _gate_refusals(
     """The refusals of the target stage's gates (``earlier_waves``, ``verified``, ``soaked``)."""
     refusals: list[Refusal] = []
     target_pos = policy.position(target)
-    gates = policy.stage(target.split("-", 1)[0]).gates if target_pos else list(GATES)  # type: ignore[union-attr]
+    gates = policy.stage(target.split("-", 1)[0]).gates if target_pos else list(DEFAULT_GATES)  # type: ignore[union-attr]
     if "earlier_waves" in gates and target_pos is not None:
         i, j = target_pos
         stage = policy.stages[i]
@@ -476,6 +540,10 @@ def _gate_refusals(
                     f" {src_stage.name} needs {src_stage.soak}: wait until {iso(verified.time + soak)}",
                 )
             )
+    if "canary_verified" in gates:
+        problem = canary_problem(files, entries, target)
+        if problem:
+            refusals.append(Refusal("canary_verified", problem))
     return refusals
 
 

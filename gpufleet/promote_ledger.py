@@ -100,6 +100,11 @@ class Entry:
     def reason(self) -> str | None:
         return self.data.get("reason")
 
+    @property
+    def hosts(self) -> dict[str, dict[str, Any]]:
+        """A verification recorded from a verify report: each host's ``{result, dcgm_level}`` (empty otherwise)."""
+        return self.data.get("hosts") or {}
+
 
 def _field_problem(data: dict[str, Any]) -> str | None:
     """What is wrong with a decoded line's fields, or None."""
@@ -118,6 +123,9 @@ def _field_problem(data: dict[str, Any]) -> str | None:
     forced = data.get("forced")
     if forced is not None and not (isinstance(forced, list) and all(isinstance(g, str) for g in forced)):
         return f"forced: expected a list of gate names, got {forced!r}"
+    hosts = data.get("hosts")
+    if hosts is not None and not (isinstance(hosts, dict) and all(isinstance(h, dict) for h in hosts.values())):
+        return f"hosts: expected an object of hosts, got {hosts!r}"
     for key in ("reason", "from", "note", "commit", "prev", "hash"):
         if data.get(key) is not None and not isinstance(data[key], str):
             return f"{key}: expected a string, got {data[key]!r}"

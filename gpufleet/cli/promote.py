@@ -345,13 +345,23 @@ def _print_decision(
 @promote_app.command("record")
 def promote_record(
     stack: Annotated[str, typer.Argument(help="The stack the outcome is about, e.g. staging-westeurope.")],
-    result: Annotated[Outcome, typer.Option("--result", help="ok or failed.")],
+    result: Annotated[
+        Outcome | None, typer.Option("--result", help="ok or failed (with --report: the report's, by default).")
+    ] = None,
     kind: Annotated[
         RecordKind,
         typer.Option(
             "--kind", help="verify (the verify playbook / health checks passed or not) or deploy (pulumi up)."
         ),
     ] = RecordKind.verify,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            help="The verify playbook's JSON report (-e gpufleet_verify_report_file=PATH): records each host's result"
+            " and DCGM level, for the canary_verified gate.",
+        ),
+    ] = None,
     at: Annotated[
         str | None, typer.Option("--at", help="When it happened (ISO 8601, UTC if no zone); default: now.")
     ] = None,
@@ -361,16 +371,17 @@ def promote_record(
 ) -> None:
     """Record a deployment or verification outcome for STACK, against the release its stack file pins now.
 
-    CI calls this after 'pulumi up' (--kind deploy) and after the verify playbook (--kind verify): a successful
-    verification is what lets the release move on, once the stage's soak time has passed (counted from when the
-    record is written, whatever --at says). The stack file must be committed; --at can be neither in the future nor
-    before the last commit that changed the stack file.
+    CI calls this after 'pulumi up' (--kind deploy) and after the verify playbook (--kind verify, with --report FILE
+    when the playbook wrote one): a successful verification is what lets the release move on, once the stage's soak
+    time has passed (counted from when the record is written, whatever --at says). The stack file must be committed;
+    --at can be neither in the future nor before the last commit that changed the stack file.
     """
     from gpufleet.promote import git_commit, release_hash
     from gpufleet.promote_ledger import LEDGER_FILE, Ledger, new_entry, now_utc, parse_time
 
     project = project_root(root)
     _stack_name(stack, "STACK")
+    outcome, hosts = _outcome(stack, result, kind, report)
     pinned = load_or_exit(stack, project, as_json, "nothing recorded")
     now = now_utc()
     try:
@@ -381,12 +392,39 @@ def promote_record(
     with _refusing():
         _check_recordable(project, resolve_or_exit(stack, project).resolve(), when if at else None, now)
         entry = Ledger(project / LEDGER_FILE).append(
-            new_entry(kind.value, stack, release, result.value, when, git_commit(project), note=note)
+            new_entry(kind.value, stack, release, outcome, when, git_commit(project), note=note, hosts=hosts)
         )
     if as_json:
         emit_json(entry)
     else:
-        out.print(f"recorded: {kind.value} {result.value} of release {release} on {stack} at {entry['time']}")
+        of = f" ({len(hosts)} host(s) from {report})" if hosts else ""
+        out.print(
+            f"recorded: {kind.value} {outcome} of release {release} on {stack} at {entry['time']}{of}", markup=False
+        )
+
+
+def _outcome(
+    stack: str, result: Outcome | None, kind: RecordKind, report: Path | None
+) -> tuple[str, dict[str, dict[str, Any]] | None]:
+    """The outcome to record and, with a verify report, each host's ``{result, dcgm_level}`` (usage error when the
+    report cannot be read, is another stack's, or says otherwise than --result)."""
+    import json
+
+    from gpufleet.promote import report_hosts
+
+    if report is None:
+        if result is None:
+            raise usage_error("give --result ok|failed, or --report FILE (the verify playbook's JSON report)")
+        return result.value, None
+    if kind is not RecordKind.verify:
+        raise usage_error("--report is the verify playbook's report: it goes with --kind verify")
+    try:
+        found, hosts = report_hosts(json.loads(report.read_text(encoding="utf-8")), stack)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise usage_error(f"--report {report}: {exc} (nothing recorded)") from None
+    if result is not None and result.value != found:
+        raise usage_error(f"--result {result.value}, but the report {report} says {found} (nothing recorded)")
+    return found, hosts
 
 
 def _check_recordable(project: Path, path: Path, at: dt.datetime | None, now: dt.datetime) -> None:

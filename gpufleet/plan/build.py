@@ -22,6 +22,7 @@ from gpufleet.baseline import (
 )
 from gpufleet.catalog import Catalog, Gpu, VmSize
 from gpufleet.catalog.aks import load_aks_catalog
+from gpufleet.dcgm_diag import diag_level
 from gpufleet.gpu_software import (
     CHART_PINS,
     CLUSTER_POLICY,
@@ -447,6 +448,8 @@ def baremetal_plan(stack: Stack, host_groups: tuple[HostGroupPlan, ...], layouts
         metal3=bm.metal3,
         converge=bm.converge,
         remediation=bm.remediation,
+        dcgm_diag_level=diag_level(stack.stage, bm.verify.dcgm_diag_level),
+        canaries=tuple(bm.verify.canaries),
     )
 
 

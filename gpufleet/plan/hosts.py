@@ -54,8 +54,9 @@ def clear_cache() -> None:
 def stack_view(plan: StackPlan) -> dict[str, Any]:
     """What a play of a bare-metal stack needs before it knows a host: names, release pins, inventory, rollout
     (``serial``, ``max_fail_percentage``, ``reboot_ok``), the remediation policy (``max_hosts_at_once``,
-    ``xid_actions``: ansible/remediate.yml), the host groups (all, and those with a MIG layout) and the
-    one mig-parted config of every layout (``all-disabled`` only, when no group has one)."""
+    ``xid_actions``: ansible/remediate.yml), what verify.yml requires (``verify``: ``dcgm_diag_level``, ``canaries``),
+    the host groups (all, and those with a MIG layout) and the one mig-parted config of every layout
+    (``all-disabled`` only, when no group has one)."""
     if plan.baremetal is None:
         raise ValueError(f"stack {plan.stack} has no bare-metal hosts (gpufleet:baremetal)")
     bm = plan.baremetal
@@ -67,6 +68,7 @@ def stack_view(plan: StackPlan) -> dict[str, Any]:
         "inventory": bm.inventory,
         "rollout": plain(bm.rollout),
         "remediation": plain(bm.remediation),
+        "verify": {"dcgm_diag_level": bm.dcgm_diag_level, "canaries": list(bm.canaries)},
         "host_groups": [g.name for g in plan.host_groups],
         "mig_host_groups": [g.name for g in plan.host_groups if g.mig_layout],
         "mig_parted_config": bm.mig_parted_config or mig_parted_config([]),

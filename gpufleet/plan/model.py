@@ -273,6 +273,8 @@ class BaremetalPlan:
     metal3: Metal3Settings | None = None  # engine metal3: the management cluster and namespace
     converge: bool = False  # pulumi up runs ansible/site.yml on the hosts it created
     remediation: Remediation = field(default_factory=Remediation)  # what remediate.yml does about Xids
+    dcgm_diag_level: int = 1  # dcgmi diag -r LEVEL, verify.yml's dcgm check (gpufleet.dcgm_diag.diag_level)
+    canaries: tuple[str, ...] = ()  # hosts the canary_verified promotion gate looks at
 
 
 @dataclass(frozen=True)

@@ -1066,6 +1066,32 @@ class Metal3Settings(StrictModel):
     kubeconfig: SecretKubeconfig
 
 
+def _diag_level(v: Any) -> int | None:
+    from gpufleet.dcgm_diag import diag_levels
+
+    levels = diag_levels()
+    if v is None or (isinstance(v, int) and not isinstance(v, bool) and v in levels):
+        return v
+    known = ", ".join(f"{n} ({level.name})" for n, level in sorted(levels.items()))
+    raise invalid(f"{v!r} is not one of dcgmi diag's run levels: {known}")
+
+
+class VerifySettings(StrictModel):
+    """What ``ansible/playbooks/verify.yml`` requires of the stack's hosts, and which hosts a promotion into the stack
+    looks at first (docs/verify.md, docs/promotion.md)."""
+
+    dcgm_diag_level: Annotated[int | None, PlainValidator(_diag_level, json_schema_input_type=int)] = Field(
+        None,
+        description="dcgmi diag -r LEVEL on each GPU host: 1 quick, 2 medium, 3 long, 4 xlong (default: by stage,"
+        " prod 3, staging 2, others 1)",
+    )
+    canaries: list[HostName] = Field(
+        default_factory=list,
+        description="inventory hosts whose passing verify (at the stack's level) the canary_verified promotion gate"
+        " requires",
+    )
+
+
 class Baremetal(StrictModel):
     inventory: Annotated[
         str,
@@ -1073,6 +1099,7 @@ class Baremetal(StrictModel):
     ]
     rollout: Rollout = Field(default_factory=Rollout)
     remediation: Remediation = Field(default_factory=Remediation)
+    verify: VerifySettings = Field(default_factory=VerifySettings)
     host_groups: list[HostGroup] = Field(min_length=1)
     engine: Literal["redfish", "metal3"] = Field(
         "redfish", description="redfish: the Pulumi program drives each BMC; metal3: Metal3/Ironic do, on a cluster"

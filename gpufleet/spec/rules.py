@@ -799,8 +799,20 @@ def check_baremetal(bm: Baremetal, ctx: Context) -> Iterator[Finding]:
     """The bare-metal hosts of a structurally valid stack, and the engine's secrets."""
     yield from check_baremetal_hosts(bm.hosts, bm.host_groups, bm.engine, ctx)
     yield from check_remediation(bm.remediation)
+    yield from check_canaries(bm)
     if bm.metal3 is not None:
         yield from check_secret_ref(bm.metal3.kubeconfig, ("baremetal", "metal3", "kubeconfig"), ctx)
+
+
+def check_canaries(bm: Baremetal) -> Iterator[Finding]:
+    """A canary host is one of the stack's BMC-managed hosts, when it lists them (else any inventory host)."""
+    names = [h.name for h in bm.hosts]
+    for i, name in enumerate(bm.verify.canaries):
+        if names and name not in names:
+            yield Finding(
+                ("baremetal", "verify", "canaries", i),
+                f"canary {name!r} is not one of baremetal.hosts; name one of: {', '.join(names)}",
+            )
 
 
 def check_remediation(remediation: Remediation) -> Iterator[Finding]:

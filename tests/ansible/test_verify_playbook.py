@@ -82,7 +82,7 @@ class Tools:
 
     driver: DriverHost = field(default_factory=DriverHost)
     persistence: str = "0, Enabled\n1, Enabled\n"
-    dcgm: str = DCGM_PASS
+    dcgm: str | None = DCGM_PASS  # None: no dcgmi on the host
     dcgm_rc: int = 0
     kernel_log: str = ""  # what the journalctl stand-in prints: the NVIDIA driver's Xid lines of this boot
 
@@ -167,6 +167,8 @@ FAILING = [
     # an Xid 79 this boot that ansible/remediate.yml has not handled yet; a host remediate.yml took out of service
     Scenario("xid-79", "FAIL", tools=Tools(kernel_log=XID_79)),
     Scenario("out-of-service", "FAIL", remediation=OUT_OF_SERVICE),
+    # a host meant to run the NVIDIA driver (nvidia_driver_branch) without dcgmi: it cannot be diagnosed
+    Scenario("no-dcgmi", "FAIL", tools=Tools(dcgm=None)),
 ]  # fmt: skip
 LIMITED_OUT = "other"  # in the failing run's inventory, left out by --limit
 
@@ -190,7 +192,9 @@ def install_tools(tmp_path: Path, tools: Tools) -> dict[str, Any]:
     finds them first on PATH; the host variables that use them."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    standins = {"nvidia-smi": (tools.persistence, 0), "dcgmi": (tools.dcgm, tools.dcgm_rc)}
+    standins = {"nvidia-smi": (tools.persistence, 0)}
+    if tools.dcgm is not None:
+        standins["dcgmi"] = (tools.dcgm, tools.dcgm_rc)
     if tools.kernel_log:  # the kernel's messages of this boot, of which the check keeps the Xid lines
         standins["journalctl"] = (tools.kernel_log, 0)
     for tool, (text, rc) in standins.items():
@@ -229,8 +233,9 @@ def host_vars(tmp_path: Path, scenario: Scenario) -> dict[str, Any]:
     return connection | tools | scenario.variables | stack | remediation | {"verify_test_plan": plan(scenario)}
 
 
-def run_verify(tmp_path: Path, scenarios: list[Scenario], *args: str) -> tuple[int, str]:
-    """verify.yml on an inventory of ``scenarios``' hosts (plus LIMITED_OUT): (exit status, output)."""
+def run_verify(tmp_path: Path, scenarios: list[Scenario], *args: str) -> tuple[int, str, Any]:
+    """verify.yml on an inventory of ``scenarios``' hosts (plus LIMITED_OUT): (exit status, output, the JSON report
+    it wrote, None when it wrote none)."""
     (tmp_path / "kubelet.conf").write_text(KUBELET)
     hosts = {s.host: host_vars(tmp_path, s) for s in scenarios if s.group is None}
     hosts[LIMITED_OUT] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
@@ -240,21 +245,33 @@ def run_verify(tmp_path: Path, scenarios: list[Scenario], *args: str) -> tuple[i
             groups.setdefault(s.group, {"hosts": {}})["hosts"][s.host] = host_vars(tmp_path, s)
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(json.dumps({"all": {"hosts": hosts, "children": groups}}))  # JSON is YAML
-    variables = EXTRA_VARS | {"numa_pinning_kubelet_dropin": str(tmp_path / "kubelet.conf")}
+    report = tmp_path / "report.json"
+    variables = EXTRA_VARS | {
+        "numa_pinning_kubelet_dropin": str(tmp_path / "kubelet.conf"),
+        "gpufleet_verify_report_file": str(report),
+    }
     proc = ansible_playbook("-i", inventory, *args, "ansible/playbooks/verify.yml", local=False, extra_vars=variables)
-    return proc.returncode, proc.stdout + proc.stderr
+    return proc.returncode, proc.stdout + proc.stderr, json.loads(report.read_text()) if report.exists() else None
+
+
+def passing(shared: Shared) -> list[Any]:
+    return shared("verify-passing", lambda tmp: run_verify(tmp, PASSING, "--limit", f"all:!{LIMITED_OUT}"))
+
+
+def failing(shared: Shared) -> list[Any]:
+    # --limit: the report is a task of the verifying play (a play on localhost would be skipped, and the run pass)
+    return shared("verify-failing", lambda tmp: run_verify(tmp, FAILING, "--limit", f"all:!{LIMITED_OUT}"))
 
 
 @pytest.fixture(scope="module")
 def passing_run(shared: Shared) -> tuple[int, str]:
-    rc, output = shared("verify-passing", lambda tmp: run_verify(tmp, PASSING, "--limit", f"all:!{LIMITED_OUT}"))
+    rc, output, _ = passing(shared)
     return rc, output
 
 
 @pytest.fixture(scope="module")
 def failing_run(shared: Shared) -> tuple[int, str]:
-    # --limit: the report is a task of the verifying play (a play on localhost would be skipped, and the run pass)
-    rc, output = shared("verify-failing", lambda tmp: run_verify(tmp, FAILING, "--limit", f"all:!{LIMITED_OUT}"))
+    rc, output, _ = failing(shared)
     return rc, output
 
 
@@ -424,8 +441,8 @@ def test_host_of_a_group_with_a_mig_layout_is_checked_against_that_layout(failin
     assert [line.split(":")[0] for line in failures(lines, "mig-group")] == ["  mig-group  mig"]
     # no stand-ins here: the NVIDIA checks do not apply, and the table says why
     reasons = skips(lines, "mig-group")
-    assert reasons["driver"] == reasons["persistence"] == "no NVIDIA GPU, and nvidia_driver_branch is not set"
-    assert reasons["dcgm"] == "dcgmi is not installed"
+    why = "no NVIDIA GPU, and nvidia_driver_branch is not set"
+    assert reasons["driver"] == reasons["persistence"] == reasons["dcgm"] == why
 
 
 def test_a_dra_host_with_one_owner_each_and_imex_masked_passes(passing_run):
@@ -511,3 +528,44 @@ def test_a_remediated_host_passes_and_the_report_shows_its_last_remediation(pass
         " (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS) on 0000:41:00 calls for power-cycle; power-cycle done, no new"
         " Xid: back in service"
     ) in notes
+
+
+def test_a_host_meant_to_run_the_driver_without_dcgmi_is_not_admitted(failing_run):
+    rc, output = failing_run
+    assert rc == 2, output[-4000:]
+    lines = table(output)
+    cells = row(lines, "no-dcgmi")
+    assert cells["result"] == "FAIL" and cells["dcgm"] == "FAIL" and cells["driver"] == "ok"
+    assert failures(lines, "no-dcgmi") == [
+        "  no-dcgmi  dcgm: dcgmi is not installed, so the stack's diagnostic (dcgmi diag -r 1) cannot run: install"
+        " DCGM (the datacenter-gpu-manager package) on the host"
+    ]
+
+
+def test_the_json_report_records_each_hosts_checks_and_dcgm_tests(shared):
+    rc, output, report = failing(shared)
+    assert rc == 2, output[-4000:]
+    assert report["stack"] == "lab-local" and report["ok"] is False
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", report["time"])
+    assert set(report["hosts"]) == {s.host for s in FAILING}  # the host --limit left out is not in it
+    every = report["hosts"]["every-check-fails"]
+    assert every["result"] == "FAIL"
+    assert every["checks"]["hugepages"] == {"status": "ok", "detail": ""}
+    assert every["checks"]["dcgm"]["status"] == "fail"
+    assert every["dcgm"] == {"level": 1, "tests": [
+        {"test": "Denylist", "result": "Pass", "detail": ""},
+        {"test": "Persistence Mode", "result": "Fail", "detail": "Persistence mode for GPU 1 is currently disabled."},
+    ]}  # fmt: skip
+    # the stack's level: a prod stack runs the long diagnostic (level 3) unless it says otherwise
+    assert report["hosts"]["two-drivers"]["dcgm"]["level"] == 3
+    assert report["hosts"]["no-dcgmi"]["dcgm"] == {"level": 1, "tests": []}
+    assert report["hosts"]["mig-group"]["dcgm"] is None  # skipped: no NVIDIA GPU, no driver branch
+    assert report["hosts"]["down"]["result"] == "UNREACHABLE" and "port 1" in report["hosts"]["down"]["detail"]
+
+
+def test_a_passing_run_writes_a_passing_report(shared):
+    rc, output, report = passing(shared)
+    assert rc == 0, output[-4000:]
+    assert report["ok"] is True
+    assert {h: v["result"] for h, v in report["hosts"].items()} == {s.host: "ok" for s in PASSING}
+    assert all(v["dcgm"]["tests"] and v["checks"]["dcgm"]["status"] == "ok" for v in report["hosts"].values())

@@ -220,3 +220,57 @@ def test_dcgm_diag_failure_names_the_test_and_its_error_unwrapped():
 def test_dcgm_diag_that_cannot_run_reports_its_exit_status():
     problems = verify.gpufleet_dcgm_failures("Error: unable to establish a connection to the host engine.", 255)
     assert problems == ["dcgmi diag -r 1 failed (rc 255): Error: unable to establish a connection to the host engine."]
+
+
+# DCGM 3.x and later print the GPUs a result is about after it
+DCGM_FAIL_ON_GPU = DCGM_PASS.replace(
+    "| Persistence Mode          | Pass                                           |\n",
+    "| Persistence Mode          | Fail - GPU: 1                                  |\n"
+    "| Warning                   | GPU 1 Persistence mode is disabled.            |\n",
+)
+
+
+def test_dcgm_diag_tests_are_each_test_with_its_result_and_why_not_the_metadata():
+    assert verify.gpufleet_dcgm_tests(DCGM_FAIL) == [
+        {"test": "Denylist", "result": "Pass", "detail": ""},
+        {"test": "NVML Library", "result": "Pass", "detail": ""},
+        {"test": "CUDA Main Library", "result": "Pass", "detail": ""},
+        {
+            "test": "Persistence Mode",
+            "result": "Fail",
+            "detail": "Persistence mode for GPU 0 is currently disabled. The DCGM diagnostic requires peristence mode "
+            "to be enabled.",
+        },
+        {"test": "Environment Variables", "result": "Pass", "detail": ""},
+    ]
+
+
+def test_dcgm_diag_failure_on_one_gpu_is_a_failure():
+    assert verify.gpufleet_dcgm_failures(DCGM_FAIL_ON_GPU, 226, "", 3) == [
+        "Persistence Mode: Fail - GPU: 1 (GPU 1 Persistence mode is disabled.)"
+    ]
+
+
+def test_dcgm_diag_that_cannot_run_names_the_level_it_ran():
+    problems = verify.gpufleet_dcgm_failures("", 255, "unable to connect", 3)
+    assert problems == ["dcgmi diag -r 3 failed (rc 255): unable to connect"]
+
+
+def test_the_report_document_has_each_hosts_verdict_checks_and_dcgm_tests():
+    dcgm = {"level": 2, "tests": verify.gpufleet_dcgm_tests(DCGM_PASS)}
+    states = {
+        "gpu-1": host(ok("cmdline"), ok("dcgm")) | {"dcgm": dcgm},
+        "gpu-2": host(ok("cmdline"), fail("dcgm", "Memory: Fail")) | {"dcgm": {"level": 2, "tests": []}},
+        "cpu-1": host(ok("cmdline"), skip("dcgm", "no NVIDIA GPU")),
+        "gone": host(done=False, unreachable="ssh: connect to host gone port 22: Connection refused"),
+    }
+    made = verify.report(states, "t", "prod-eastus", "2026-11-27T09:00:00Z")
+    doc = made["document"]
+    assert (doc["stack"], doc["time"], doc["ok"]) == ("prod-eastus", "2026-11-27T09:00:00Z", False)
+    assert {h: v["result"] for h, v in doc["hosts"].items()} == {
+        "gpu-1": "ok", "gpu-2": "FAIL", "cpu-1": "ok", "gone": "UNREACHABLE"
+    }  # fmt: skip
+    assert doc["hosts"]["gpu-1"]["dcgm"] == dcgm and doc["hosts"]["cpu-1"]["dcgm"] is None
+    assert doc["hosts"]["gpu-2"]["checks"]["dcgm"] == {"status": "fail", "detail": "Memory: Fail"}
+    assert doc["hosts"]["gone"]["detail"].startswith("ssh: connect to host gone")
+    assert made["failed"] == ["gpu-2", "gone"]  # the table and the document say the same

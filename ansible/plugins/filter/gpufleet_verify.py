@@ -3,7 +3,8 @@ check says, and the one table that reports every host.
 
 Each host records, as facts, a list of results ``{check, status, detail}`` (``status``: ``ok``, ``fail`` or ``skip``,
 ``detail``: the failure message or why the check does not apply), ``gpufleet_verify_unreachable`` or
-``gpufleet_verify_error`` when it could not be checked at all, and ``gpufleet_verify_done`` once every check ran.
+``gpufleet_verify_error`` when it could not be checked at all, ``gpufleet_verify_done`` once every check ran, and
+``gpufleet_verify_dcgm`` (``{level, tests}``) once its DCGM diagnostic ran.
 The functions here are pure: the table is the same text whatever runs them.
 """
 
@@ -81,22 +82,39 @@ def _dcgm_rows(stdout: str) -> list[tuple[str, str]]:
     return joined
 
 
-def gpufleet_dcgm_failures(stdout: str, rc: int = 0, error: str = "") -> list[str]:
-    """The failed tests of ``dcgmi diag -r 1`` (a ``Fail`` row, with the ``Error``/``Warning`` rows under it);
-    empty when it passed."""
-    failures: list[str] = []
-    current: str | None = None
+DCGM_RESULTS = ("Pass", "Fail", "Warn", "Skip")  # the first word of a test's Result cell
+DCGM_DETAILS = ("Error", "Warning", "Info")  # rows under a test that say why
+
+
+def gpufleet_dcgm_tests(stdout: str) -> list[dict[str, str]]:
+    """Each test of ``dcgmi diag``'s table: ``{test, result, detail}`` (result: the cell, ``Pass``, ``Fail``,
+    ``Skip``, ``Warn``, maybe followed by the GPUs, e.g. ``Fail - GPU: 1``; detail: its ``Error``/``Warning``/``Info``
+    rows, joined). Rows that are no test (the header, the version and device rows) are left out."""
+    tests: list[dict[str, str]] = []
+    current: dict[str, str] | None = None
     for name, value in _dcgm_rows(stdout):
-        if value == "Fail":
-            failures.append(f"{name}: Fail")
-            current = name
-        elif name in ("Error", "Warning") and current is not None:
-            failures[-1] += f" ({_oneline(value)})"
+        if name in DCGM_DETAILS and current is not None:
+            current["detail"] = "; ".join(filter(None, (current["detail"], _oneline(value))))
+        elif value.split(" ", 1)[0] in DCGM_RESULTS:
+            current = {"test": name, "result": value, "detail": ""}
+            tests.append(current)
         else:
             current = None
+    return tests
+
+
+def gpufleet_dcgm_failures(stdout: str, rc: int = 0, error: str = "", level: int | str = 1) -> list[str]:
+    """The failed tests of ``dcgmi diag -r LEVEL`` (a ``Fail`` row, with the ``Error``/``Warning`` rows under it);
+    empty when it passed."""
+    failures = [
+        f"{t['test']}: {t['result']}" + (f" ({t['detail']})" if t["detail"] else "")
+        for t in gpufleet_dcgm_tests(stdout)
+        if t["result"].startswith("Fail")
+    ]
     if not failures and int(rc or 0) != 0:
         last = (str(stdout or "").strip().splitlines() or [""])[-1]
-        failures.append(f"dcgmi diag -r 1 failed (rc {rc}): {_oneline(error) or _oneline(last) or 'no output'}")
+        why = _oneline(error) or _oneline(last) or "no output"
+        failures.append(f"dcgmi diag -r {level} failed (rc {rc}): {why}")
     return failures
 
 
@@ -126,6 +144,7 @@ def host_state(variables: Mapping[str, Any] | None) -> dict[str, Any]:
         "unreachable": get("gpufleet_verify_unreachable") or "",
         "error": get("gpufleet_verify_error") or "",
         "done": bool(get("gpufleet_verify_done")),
+        "dcgm": get("gpufleet_verify_dcgm") or None,
     }
 
 
@@ -205,9 +224,31 @@ def render(states: Mapping[str, Mapping[str, Any]], title: str = "gpufleet verif
     return lines
 
 
-def report(states: Mapping[str, Mapping[str, Any]], title: str = "gpufleet verify") -> dict[str, Any]:
-    """``{ok, lines, failed: [host], summary}``: ``ok`` only when at least one host was verified and every host
-    passed every check that applies to it."""
+def document(states: Mapping[str, Mapping[str, Any]], stack: str = "", time: str = "") -> dict[str, Any]:
+    """The report as data (``-e gpufleet_verify_report_file=PATH`` writes it as JSON; ``gpufleet promote record
+    --report`` reads it): ``{stack, time, ok, hosts: {host: {result, detail, checks: {check: {status, detail}},
+    dcgm: {level, tests: [{test, result, detail}]} or null}}}``; ``result`` is the table's verdict, ``detail`` why a
+    host could not be checked."""
+    hosts = {}
+    for host, state in states.items():
+        hosts[host] = {
+            "result": host_verdict(state),
+            "detail": _oneline(state.get("unreachable") or state.get("error")),
+            "checks": {
+                r["check"]: {"status": r.get("status"), "detail": _oneline(r.get("detail"))}
+                for r in state.get("results", [])
+            },
+            "dcgm": state.get("dcgm"),
+        }
+    ok = bool(hosts) and all(h["result"] == "ok" for h in hosts.values())
+    return {"stack": stack, "time": time, "ok": ok, "hosts": hosts}
+
+
+def report(
+    states: Mapping[str, Mapping[str, Any]], title: str = "gpufleet verify", stack: str = "", time: str = ""
+) -> dict[str, Any]:
+    """``{ok, lines, failed: [host], summary, document}``: ``ok`` only when at least one host was verified and every
+    host passed every check that applies to it; ``document``: :func:`document`, from the same states."""
     verdicts = {host: host_verdict(s) for host, s in states.items()}
     failed = [h for h, v in verdicts.items() if v != "ok"]
     if not states:
@@ -218,11 +259,20 @@ def report(states: Mapping[str, Mapping[str, Any]], title: str = "gpufleet verif
         )
     else:
         summary = f"all {len(states)} host(s) passed"
-    return {"ok": bool(states) and not failed, "lines": render(states, title), "failed": failed, "summary": summary}
+    return {
+        "ok": bool(states) and not failed,
+        "lines": render(states, title),
+        "failed": failed,
+        "summary": summary,
+        "document": document(states, stack, time),
+    }
 
 
-def gpufleet_verify_report(hostvars: Mapping[str, Any], hosts: Sequence[str], title: str = "gpufleet verify") -> dict:
-    """:func:`report` of ``hosts`` from their facts in ``hostvars`` (a host without any is INCOMPLETE)."""
+def gpufleet_verify_report(
+    hostvars: Mapping[str, Any], hosts: Sequence[str], title: str = "gpufleet verify", stack: str = "", time: str = ""
+) -> dict:
+    """:func:`report` of ``hosts`` from their facts in ``hostvars`` (a host without any is INCOMPLETE); ``stack`` and
+    ``time`` (when the run reported) go into its ``document``."""
     states = {}
     for host in plain_data(list(hosts or [])):
         try:
@@ -230,7 +280,7 @@ def gpufleet_verify_report(hostvars: Mapping[str, Any], hosts: Sequence[str], ti
         except KeyError:
             variables = None
         states[host] = host_state(variables)
-    return report(states, title)
+    return report(states, title, str(stack or ""), str(time or ""))
 
 
 class FilterModule:
@@ -238,6 +288,7 @@ class FilterModule:
         return {
             "gpufleet_verify_failure": gpufleet_verify_failure,
             "gpufleet_persistence_mismatches": gpufleet_persistence_mismatches,
+            "gpufleet_dcgm_tests": gpufleet_dcgm_tests,
             "gpufleet_dcgm_failures": gpufleet_dcgm_failures,
             "gpufleet_owner_conflicts": gpufleet_owner_conflicts,
             "gpufleet_verify_report": gpufleet_verify_report,
