@@ -20,7 +20,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from gpufleet.spec.models import Remediation
 
 Action = Literal["none", "cordon", "gpu-reset", "reboot", "power-cycle"]
 ACTIONS: tuple[Action, ...] = ("none", "cordon", "gpu-reset", "reboot", "power-cycle")  # mildest first
@@ -112,8 +115,8 @@ class Policy:
         return max((self.action(e.code) for e in events), key=ACTIONS.index, default="none")
 
 
-def policy_from(spec: Any) -> Policy:
-    """The :class:`Policy` of a stack's ``baremetal.remediation`` (:class:`gpufleet.spec.models.Remediation`)."""
+def policy_from(spec: Remediation) -> Policy:
+    """The :class:`Policy` of a stack's ``baremetal.remediation``."""
     return Policy(spec.max_hosts_at_once, {int(k): v for k, v in spec.xid_actions.items()})
 
 

@@ -10,11 +10,11 @@ from gpufleet.plaindata import plain_data
 
 
 def _policy(remediation: Any) -> Any:
-    from gpufleet.remediation import Policy
+    """The stack's policy from the plan's plain view of it (gpufleet_plan's ``remediation``)."""
+    from gpufleet.remediation import policy_from
+    from gpufleet.spec.models import Remediation
 
-    data = plain_data(remediation or {})
-    overrides = {int(k): v for k, v in (data.get("xid_actions") or {}).items()}
-    return Policy(int(data.get("max_hosts_at_once", 1)), overrides)
+    return policy_from(Remediation.model_validate(plain_data(remediation or {})))
 
 
 def _health(host: str, facts: Mapping[str, Any]) -> Any:
