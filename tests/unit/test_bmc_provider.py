@@ -14,10 +14,8 @@ import json
 import logging
 import secrets
 import socket
-import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,8 +45,8 @@ from gpufleet.bmc import (
 )
 from infra.baremetal.provider import BareMetalHostProvider, BootSpec, HostInputs, SshSpec, Timeouts
 from tests.conftest import FIXTURES
+from tests.sushy import USER, free_port, htpasswd, running
 
-USER = "admin"
 CONFIG_KEY = "gpufleet:bmc_password"
 # one fake system per scenario: uuid, initial power state
 SYSTEMS = {
@@ -64,38 +62,11 @@ SYSTEMS = {
 }
 BOOT_MAC = "52:54:00:aa:00:01"
 DRIVE = "32ADF365C6C1B7BD"
-# sushy-tools' fake driver, with the random power delay at its lower bound (see the module doc)
-LAUNCH = (
-    "import random, sys; random.randint = lambda low, high: low; "
-    "from sushy_tools.emulator.main import main; sys.exit(main())"
-)
 FAST = Timeouts(power_s=20, graceful_off_s=5, ssh_s=5, facts_s=60, wipe_s=10, bmc_retry_s=0, poll_s=0.2)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"sushy-emulator exited {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/redfish/v1/", timeout=2).ok:
-                return
-        except requests.RequestException:
-            time.sleep(0.1)
-    raise RuntimeError(f"sushy-emulator did not answer in {seconds} s: {log.read_text()[-2000:]}")
-
-
 def _config(tmp: Path, port: int, password: str) -> Path:
-    import bcrypt
-
-    htpasswd = tmp / "htpasswd"
-    htpasswd.write_text(f"{USER}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()}\n")
+    auth = htpasswd(tmp / "htpasswd", password)
     systems = [
         {"uuid": uuid, "name": f"fake-{name}", "power_state": power, "nics": [{"mac": BOOT_MAC, "ip": "192.0.2.1"}]}
         for name, (uuid, power) in SYSTEMS.items()
@@ -116,7 +87,7 @@ def _config(tmp: Path, port: int, password: str) -> Path:
     config.write_text(
         f"SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\n"
         f"SUSHY_EMULATOR_LISTEN_PORT = {port}\n"
-        f"SUSHY_EMULATOR_AUTH_FILE = {str(htpasswd)!r}\n"
+        f"SUSHY_EMULATOR_AUTH_FILE = {str(auth)!r}\n"
         f"SUSHY_EMULATOR_FAKE_DRIVER = True\n"
         f"SUSHY_EMULATOR_STATE_DIR = {str(tmp / 'state')!r}\n"
         f"SUSHY_EMULATOR_FAKE_SYSTEMS = {systems!r}\n"
@@ -162,7 +133,7 @@ def _listener(banner: bytes) -> tuple[socket.socket, threading.Thread]:
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     tmp = tmp_path_factory.mktemp("sushy")
-    port, password = _free_port(), secrets.token_urlsafe(16)
+    port, password = free_port(), secrets.token_urlsafe(16)
     config = _config(tmp, port, password)
     (tmp / "images").mkdir()
     (tmp / "images" / "installer.iso").write_bytes(b"not really an ISO\n")
@@ -171,30 +142,18 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     ssh, _ = _listener(b"SSH-2.0-OpenSSH_9.2 fake\r\n")
     silent, _ = _listener(b"")
     log = tmp / "emulator.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", LAUNCH, "--config", str(config)],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    url = f"http://127.0.0.1:{port}"
     try:
-        _wait_port(port, proc, log)
-        yield Emulator(
-            f"http://127.0.0.1:{port}",
-            password,
-            log,
-            f"http://127.0.0.1:{images.server_address[1]}/installer.iso",
-            ssh.getsockname()[1],
-            silent.getsockname()[1],
-        )
+        with running(config, url, log):
+            yield Emulator(
+                url,
+                password,
+                log,
+                f"http://127.0.0.1:{images.server_address[1]}/installer.iso",
+                ssh.getsockname()[1],
+                silent.getsockname()[1],
+            )
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
         images.shutdown()
         images.server_close()
         ssh.close()
@@ -444,7 +403,7 @@ def test_a_reset_or_boot_target_the_system_does_not_allow_lists_the_allowed_valu
 
 
 def test_an_unreachable_bmc_is_one_line():
-    port = _free_port()  # nothing listens there
+    port = free_port()  # nothing listens there
     with Bmc(Endpoint(f"http://127.0.0.1:{port}", USER, "secret-pw")) as b, pytest.raises(BmcError) as err:
         b.system_ids()
     assert err.value.kind == "unreachable"
