@@ -15,7 +15,7 @@ STARTED := $(shell date +%s)
 .PHONY: help setup test test-slow lint bench lab lab-down clean
 
 help:
-	@echo "make setup      create .venv and install gpufleet with its dev tools, a pinned helm and promtool (idempotent)"
+	@echo "make setup      create .venv and install gpufleet with its dev tools, a pinned helm, promtool and fence_redfish (idempotent)"
 	@echo "make test       lint + every test (installs what it needs first)"
 	@echo "make test-slow  the long scenarios kept out of 'make test'"
 	@echo "make lint       ruff, pylint's duplicate-code check, yamllint, ansible-lint (production profile)"
@@ -25,7 +25,7 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/install_helm.py scripts/install_promtool.sh
+$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/install_helm.py scripts/install_promtool.sh scripts/install_fence_agents.sh
 	@scripts/bootstrap.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "==> installing gpufleet and its tools into $(VENV) (first run downloads ~300 MB, cached in $(PIP_CACHE_DIR))"
@@ -33,6 +33,7 @@ $(STAMP): pyproject.toml scripts/bootstrap.sh scripts/install_helm.py scripts/in
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,lab]'
 	@$(BIN)/python scripts/install_helm.py
 	@scripts/install_promtool.sh $(BIN)
+	@scripts/install_fence_agents.sh $(BIN)
 	@touch $@
 
 # pylint only for copied logic: 6+ similar lines anywhere in the code (the hostfacts, driverstate and vfio module_utils
