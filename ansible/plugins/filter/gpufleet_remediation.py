@@ -55,21 +55,29 @@ def gpufleet_remediation_decide(
     }
 
 
-HEALTH_SPLIT = "--- xids"  # verify_health.yml's output: boot id, the state file, this line, the Xid lines
+XIDS_SPLIT = "--- xids"  # read_xids.yml's output: the boot's id, the state file, this line, the Xid lines
 
 
-def gpufleet_health_check(lines: Sequence[str], remediation: Any) -> dict[str, Any]:
-    """verify.yml's health check: ``{problems: [...], note: str}`` for one host, from the lines verify_health.yml's
-    command printed (the boot's id, gpufleet's state file, ``--- xids``, the kernel's Xid lines of this boot)."""
+def gpufleet_xids_read(lines: Sequence[str]) -> dict[str, str]:
+    """``{boot_id, state, kernel_log}`` from the lines playbooks/tasks/read_xids.yml's command printed."""
+    lines = [str(line) for line in plain_data(list(lines))]
+    split = lines.index(XIDS_SPLIT) if XIDS_SPLIT in lines else len(lines)
+    return {
+        "boot_id": lines[0] if lines else "",
+        "state": "\n".join(lines[1:split]),
+        "kernel_log": "\n".join(lines[split + 1 :]),
+    }
+
+
+def gpufleet_health_check(read: Mapping[str, Any], remediation: Any) -> dict[str, Any]:
+    """verify.yml's health check: ``{problems: [...], note: str}`` for one host, from what read_xids.yml read on it
+    (its ``gpufleet_xids_read``)."""
     from gpufleet.remediation import health_problems, host_health, load_state
 
-    lines = [str(line) for line in plain_data(list(lines))]
-    split = lines.index(HEALTH_SPLIT) if HEALTH_SPLIT in lines else len(lines)
-    boot_id, state, kernel_log = (lines[0] if lines else ""), "\n".join(lines[1:split]), "\n".join(lines[split + 1 :])
-    data = load_state(state)
-    problems, note = health_problems(host_health("", "", str(kernel_log or ""), data, str(boot_id or "")),
-                                     _policy(remediation), data)  # fmt: skip
-    return {"problems": problems, "note": note}
+    read = plain_data(dict(read))
+    data = load_state(read.get("state"))
+    health = host_health("", "", str(read.get("kernel_log") or ""), data, str(read.get("boot_id") or ""))
+    return dict(zip(("problems", "note"), health_problems(health, _policy(remediation), data), strict=True))
 
 
 def gpufleet_remediation_out(read: Mapping[str, Any], decision: Mapping[str, Any], now: str) -> dict[str, Any]:
@@ -105,6 +113,7 @@ class FilterModule:
         return {
             "gpufleet_remediation_decide": gpufleet_remediation_decide,
             "gpufleet_health_check": gpufleet_health_check,
+            "gpufleet_xids_read": gpufleet_xids_read,
             "gpufleet_remediation_out": gpufleet_remediation_out,
             "gpufleet_remediation_after": gpufleet_remediation_after,
             "gpufleet_remediation_returned": gpufleet_remediation_returned,
