@@ -62,6 +62,7 @@ from gpufleet.labels import (
 )
 from gpufleet.mig.outputs import DISABLED_CONFIG
 from gpufleet.monitoring import monitoring_objects
+from gpufleet.node_remediation import BMC_SECRET_PREFIX, MONITOR_FILE, NodeRemediationPlan, node_remediation_plan
 from gpufleet.plan import StackPlan
 from gpufleet.queues import KueuePlan, kueue_plan
 from gpufleet.scheduling import NodeShape, Placement, Taint, why_not
@@ -739,13 +740,19 @@ class GeneratedFile:
 
 
 def generated_files(
-    dra: DraPlan | None, queues: KueuePlan | None = None, monitoring: list[dict[str, Any]] | None = None
+    dra: DraPlan | None,
+    queues: KueuePlan | None = None,
+    monitoring: list[dict[str, Any]] | None = None,
+    remediation: NodeRemediationPlan | None = None,
 ) -> list[GeneratedFile]:
-    """The files of a stack's DRA objects (none without DRA targets), Kueue queues (:mod:`gpufleet.queues`) and GPU
-    monitoring (none without a Prometheus operator: :mod:`gpufleet.monitoring`)."""
+    """The files of a stack's DRA objects (none without DRA targets), Kueue queues (:mod:`gpufleet.queues`), GPU
+    monitoring (none without a Prometheus operator: :mod:`gpufleet.monitoring`) and node remediation (none unless
+    the cluster remediates: :mod:`gpufleet.node_remediation`)."""
     files = _dra_files(dra) if dra is not None else []
     if queues is not None:
         files.append(queues_file(queues))
+    if remediation is not None:
+        files.append(remediation_file(remediation))
     if monitoring:
         files.append(
             GeneratedFile(
@@ -798,6 +805,23 @@ def queues_file(queues: KueuePlan) -> GeneratedFile:
         "flavor's GPUs, a LocalQueue in each team's namespace (docs/queues.md). Apply after Kueue's CRDs; a job\n"
         "names its team's queue with the label kueue.x-k8s.io/queue-name." + skipped,
         queues.objects(),
+    )
+
+
+def remediation_file(remediation: NodeRemediationPlan) -> GeneratedFile:
+    release = remediation.release
+    secrets = ""
+    if any(g.remediator == "power-cycle" for g in remediation.groups):
+        secrets = (f"\nEach power-cycled host's BMC password goes in Secret {BMC_SECRET_PREFIX}<host> (key --password)"
+                   f" in namespace {release.namespace}.")  # fmt: skip
+    return GeneratedFile(
+        "remediation",
+        "gpufleet-remediation.yaml",
+        "GPU fault remediation (docs/remediation.md): node-problem-detector's kernel log monitor for NVIDIA Xids\n"
+        f"(mount it into NPD and add {MONITOR_FILE} to its --config.system-log-monitor), Node Healthcheck"
+        f" {release.node_healthcheck.version}'s\nchecks and their remediators' templates (namespace"
+        f" {release.namespace}, where the operators run).{secrets}\n" + "\n".join(remediation.summary()),
+        remediation.objects(),
     )
 
 
@@ -892,7 +916,10 @@ def render(
     from gpufleet.catalog import load_catalog
 
     generated = generated_files(
-        dra_plan(plan, load_catalog()), kueue_plan(plan, baremetal_chart), monitoring_objects(plan, cost)
+        dra_plan(plan, load_catalog()),
+        kueue_plan(plan, baremetal_chart),
+        monitoring_objects(plan, cost),
+        node_remediation_plan(plan),
     )
     return Render(plan.stack, rendered, targets, labels, placed, generated)
 

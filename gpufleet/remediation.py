@@ -36,11 +36,12 @@ BY_RESOLUTION: dict[str, Action] = {
     "RESTART_BM": "power-cycle",
 }
 
-# The driver's kernel log line: "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus."
-_XID_RE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (?P<code>\d+)"
-    r"(?:, (?P<text>.*))?"
-)
+# The driver's kernel log line: "NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus." Plain
+# regular expression syntax that Go's RE2 reads alike: node-problem-detector matches its rules with it
+# (gpufleet.node_remediation).
+XID_PREFIX = r"NVRM: Xid \((?:PCI:)?"
+PCI_ADDRESS = r"[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
+_XID_RE = re.compile(XID_PREFIX + rf"(?P<pci>{PCI_ADDRESS})\): (?P<code>\d+)(?:, (?P<text>.*))?")
 # journalctl -o short-monotonic: "[  123.456789] host kernel: ..."
 _MONOTONIC_RE = re.compile(r"^\[\s*(?P<seconds>\d+\.\d+)\]")
 

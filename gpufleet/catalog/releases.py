@@ -163,6 +163,22 @@ class KueueRelease(_Frozen):
     source: str
 
 
+class Operator(_Frozen):
+    version: str
+    api: str  # <group>/<version> of the custom resources gpufleet writes for it
+
+
+class NodeRemediationRelease(_Frozen):
+    """The engine that remediates Kubernetes nodes, whose configuration gpufleet writes (it installs none of it)."""
+
+    node_problem_detector: str
+    node_healthcheck: Operator
+    self_node_remediation: Operator
+    fence_agents_remediation: Operator
+    namespace: str  # where the operators run, and the remediation templates live
+    source: str
+
+
 class ReleaseTable(_Frozen):
     minimum_kubernetes: MinimumKubernetes
     kubernetes: tuple[KubernetesMinor, ...]
@@ -172,6 +188,7 @@ class ReleaseTable(_Frozen):
     device_plugin: tuple[DevicePluginRelease, ...]
     dra_driver: tuple[DraDriverRelease, ...]
     kueue: KueueRelease
+    node_remediation: NodeRemediationRelease
 
     @model_validator(mode="after")
     def _consistent(self) -> ReleaseTable:

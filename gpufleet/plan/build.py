@@ -353,6 +353,7 @@ def cluster_plan(
         operator_cr=cr if chart == GPU_OPERATOR_CHART else None,
         node_provisioning="Auto" if any(p.kind == "nap" for p in aks.gpu_pools) else "Manual",
         gpu_metrics=aks.gpu_software.monitoring,
+        remediation=aks.remediation,
     )
     return cluster, tuple(pools)
 

@@ -214,6 +214,8 @@ class ClusterPlan:
     node_provisioning: Literal["Manual", "Auto"] = "Manual"
     # a Prometheus operator scrapes the GPU metrics (aks.gpu_software.monitoring): gpufleet.monitoring's objects
     gpu_metrics: bool = False
+    # GPU faults of the pools' nodes (aks.remediation): gpufleet.node_remediation's objects; None: not configured
+    remediation: Remediation | None = field(default=None, metadata=OMIT_NONE)
 
     def addon(self, name: str) -> AddonPlan | None:
         """The add-on ``name`` when it is enabled."""

@@ -634,10 +634,38 @@ class GpuSoftware(StrictModel):
     device_plugin_repository: HelmRepository = DEVICE_PLUGIN_REPOSITORY
 
 
+RemediationAction = Literal["none", "cordon", "gpu-reset", "reboot", "power-cycle"]
+
+
+RemediationEngine = Literal["ansible", "node-healthcheck"]
+
+
+class Remediation(StrictModel):
+    """What is done about a host's GPU faults (Xids): the action per Xid follows NVIDIA's resolution for it
+    (gpufleet/catalog/xids.yaml, docs/remediation.md) unless ``xid_actions`` names another. Who acts is the
+    ``engine``: ``ansible/remediate.yml`` (bare metal's default), or node-problem-detector and Node Healthcheck in the
+    stack's Kubernetes cluster, configured by ``gpufleet render`` (gpufleet-remediation.yaml; AKS's only one)."""
+
+    engine: RemediationEngine | None = Field(
+        None,
+        description="ansible (remediate.yml; bare metal's default) or node-healthcheck (in the cluster; AKS's)",
+    )
+    max_hosts_at_once: int = Field(
+        1, ge=1, description="hosts of a host group (nodes of a pool) out of service at once, those already out count"
+    )
+    xid_actions: dict[int, RemediationAction] = Field(
+        default_factory=dict,
+        description="Xid -> none, cordon, gpu-reset, reboot or power-cycle, instead of NVIDIA's resolution for it",
+    )
+
+
 class Aks(StrictModel):
     cluster: Cluster
     gpu_pools: list[GpuPool] = Field(min_length=1)
     gpu_software: GpuSoftware = Field(default_factory=GpuSoftware)
+    remediation: Remediation | None = Field(
+        None, description="GPU faults of the pools' nodes: gpufleet render configures Node Healthcheck for them"
+    )
     preview: bool = Field(
         False, description="the stack may use AKS preview API fields (AKS-managed GPU pools); plan lists them"
     )
@@ -789,22 +817,6 @@ class Rollout(StrictModel):
     serial: Annotated[int | str, PlainValidator(_serial, json_schema_input_type=int | str)] = 1
     max_fail_percentage: int = Field(0, ge=0, le=100)
     reboot_ok: bool = Field(False, description="hosts may be rebooted to apply kernel arguments")
-
-
-RemediationAction = Literal["none", "cordon", "gpu-reset", "reboot", "power-cycle"]
-
-
-class Remediation(StrictModel):
-    """What ``ansible/remediate.yml`` does about a host's GPU faults (Xids): the action per Xid follows NVIDIA's
-    resolution for it (gpufleet/catalog/xids.yaml, docs/remediation.md) unless ``xid_actions`` names another."""
-
-    max_hosts_at_once: int = Field(
-        1, ge=1, description="hosts of one host group out of service at once, those already out included"
-    )
-    xid_actions: dict[int, RemediationAction] = Field(
-        default_factory=dict,
-        description="Xid -> none, cordon, gpu-reset, reboot or power-cycle, instead of NVIDIA's resolution for it",
-    )
 
 
 # -- bare-metal hosts (BMC-managed servers a Pulumi stack creates) --------------------------------------------

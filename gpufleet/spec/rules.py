@@ -815,15 +815,22 @@ def check_canaries(bm: Baremetal) -> Iterator[Finding]:
             )
 
 
-def check_remediation(remediation: Remediation) -> Iterator[Finding]:
-    """Each Xid the policy names is one gpufleet's Xid catalog knows (NVIDIA's code, with its resolution)."""
+def check_remediation(remediation: Remediation, path: Path = ("baremetal", "remediation")) -> Iterator[Finding]:
+    """Each Xid the policy names is one gpufleet's Xid catalog knows (NVIDIA's code, with its resolution); AKS nodes
+    are remediated in their cluster only (remediate.yml reaches hosts through SSH and their BMCs)."""
     from gpufleet.remediation import xid_catalog
 
+    if path[0] == "aks" and remediation.engine == "ansible":
+        yield Finding(
+            (*path, "engine"),
+            "AKS nodes are remediated in their cluster: engine node-healthcheck (ansible/remediate.yml drives"
+            " bare-metal hosts through SSH and their BMCs)",
+        )
     known = xid_catalog()
     for code in remediation.xid_actions:
         if code not in known:
             yield Finding(
-                ("baremetal", "remediation", "xid_actions", code),
+                (*path, "xid_actions", code),
                 f"Xid {code} is not in gpufleet's Xid catalog (gpufleet/catalog/xids.yaml); known: "
                 + ", ".join(str(c) for c in sorted(known)),
             )
@@ -879,6 +886,8 @@ def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
         )
         yield from check_aks_pools(stack.aks.gpu_pools, stack.aks.cluster.system_pool, in_region)
         yield from check_nap_cluster(stack)
+        if stack.aks.remediation is not None:
+            yield from check_remediation(stack.aks.remediation, ("aks", "remediation"))
     yield from check_teams(stack.teams)
     if stack.baremetal is not None:
         profiles = dict(stack.tuning_profiles)

@@ -9,12 +9,17 @@ from typing import Any
 from gpufleet.plaindata import plain_data
 
 
-def _policy(remediation: Any) -> Any:
-    """The stack's policy from the plan's plain view of it (gpufleet_plan's ``remediation``)."""
-    from gpufleet.remediation import policy_from
+def _spec(remediation: Any) -> Any:
+    """The stack's ``baremetal.remediation`` from the plan's plain view of it (gpufleet_plan's ``remediation``)."""
     from gpufleet.spec.models import Remediation
 
-    return policy_from(Remediation.model_validate(plain_data(remediation or {})))
+    return Remediation.model_validate(plain_data(remediation or {}))
+
+
+def _policy(remediation: Any) -> Any:
+    from gpufleet.remediation import policy_from
+
+    return policy_from(_spec(remediation))
 
 
 def _health(host: str, facts: Mapping[str, Any]) -> Any:
@@ -25,6 +30,12 @@ def _health(host: str, facts: Mapping[str, Any]) -> Any:
     state = load_state(facts.get("state"))
     return host_health(host, str(facts.get("host_group")), str(facts.get("kernel_log") or ""), state,
                        str(facts.get("boot_id") or ""))  # fmt: skip
+
+
+ELSEWHERE = (
+    "this stack's hosts are remediated in their Kubernetes cluster (baremetal.remediation.engine node-healthcheck:"
+    " Node Healthcheck acts on them); remediate.yml acting too would take hosts out twice (docs/remediation.md)"
+)
 
 
 def gpufleet_remediation_decide(
@@ -43,6 +54,8 @@ def gpufleet_remediation_decide(
     inventory = plain_data(dict(groups))
     groups = {str(g): [str(h) for h in inventory.get(g, [])] for g in plain_data(list(host_groups))}
     errors = incomplete_groups(hosts, groups)
+    if _spec(remediation).engine == "node-healthcheck":
+        errors = [ELSEWHERE]
     healths = []
     for host in hosts:
         facts = plain_data(dict(hostvars[host].get("gpufleet_remediation_read") or {}))
