@@ -25,7 +25,8 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/install_helm.py scripts/install_promtool.sh scripts/install_fence_agents.sh
+$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/install_helm.py scripts/install_promtool.sh scripts/install_fence_agents.sh \
+  scripts/debian_package.sh
 	@scripts/bootstrap.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "==> installing gpufleet and its tools into $(VENV) (first run downloads ~300 MB, cached in $(PIP_CACHE_DIR))"

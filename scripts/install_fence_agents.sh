@@ -15,25 +15,12 @@ SHARE="$BIN/../share/fence"
 if [ -x "$BIN/fence_redfish" ] && grep -qxF "# fence-agents $VERSION" "$BIN/fence_redfish" 2>/dev/null; then
   exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-deb >/dev/null 2>&1; then
-  echo "gpufleet: fence_redfish is needed by the remediation tests; install Debian's fence-agents $VERSION" >&2
-  exit 1
-fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "==> installing fence_redfish (Debian fence-agents $VERSION) into $BIN"
-if ! (cd "$tmp" && timeout 300 apt-get download -q "fence-agents=$VERSION" </dev/null >/dev/null 2>"$tmp/err"); then
-  # a Debian point release replaces the package and its archive drops the old version: take bookworm's current one
-  if (cd "$tmp" && timeout 300 apt-get download -q fence-agents </dev/null >/dev/null 2>>"$tmp/err"); then
-    VERSION=$(dpkg-deb -f "$tmp"/fence-agents_*.deb Version)
-    echo "gpufleet: fence-agents is no longer offered at the pinned version; installing $VERSION instead" >&2
-  else
-    echo "gpufleet: apt-get download fence-agents=$VERSION failed: $(tail -1 "$tmp/err")" >&2
-    echo "  (run apt-get update first)" >&2
-    exit 1
-  fi
-fi
-dpkg-deb -x "$tmp"/fence-agents_*.deb "$tmp/root"
+. "$(dirname "$0")/debian_package.sh"
+unpack_deb fence-agents "$VERSION" "$tmp"
+VERSION=$(dpkg-deb -f "$tmp"/fence-agents_*.deb Version)
 mkdir -p "$SHARE"
 install -m 0644 "$tmp/root/usr/share/fence/fencing.py" "$SHARE/fencing.py"
 install -m 0644 "$tmp/root/usr/sbin/fence_redfish" "$SHARE/fence_redfish"

@@ -12,22 +12,9 @@ BIN="${1:-.venv/bin}"
 if [ -x "$BIN/promtool" ] && "$BIN/promtool" --version 2>/dev/null </dev/null | grep -qF "$VERSION"; then
   exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-deb >/dev/null 2>&1; then
-  echo "gpufleet: promtool is needed by the monitoring tests; install Prometheus's promtool $VERSION into $BIN" >&2
-  exit 1
-fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "==> installing promtool (Debian prometheus $VERSION) into $BIN"
-if ! (cd "$tmp" && timeout 300 apt-get download -q "prometheus=$VERSION" </dev/null >/dev/null 2>"$tmp/err"); then
-  # a Debian point release replaces the package and its archive drops the old version: take bookworm's current one
-  if (cd "$tmp" && timeout 300 apt-get download -q prometheus </dev/null >/dev/null 2>>"$tmp/err"); then
-    echo "gpufleet: prometheus $VERSION is no longer offered; installing $(dpkg-deb -f "$tmp"/prometheus_*.deb Version) instead" >&2
-  else
-    echo "gpufleet: apt-get download prometheus=$VERSION failed: $(tail -1 "$tmp/err")" >&2
-    echo "  (run apt-get update first, or install promtool $VERSION into $BIN yourself)" >&2
-    exit 1
-  fi
-fi
-dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/root"
+. "$(dirname "$0")/debian_package.sh"
+unpack_deb prometheus "$VERSION" "$tmp"
 install -m 0755 "$tmp/root/usr/bin/promtool" "$BIN/promtool"
