@@ -160,10 +160,11 @@ def test_every_rendered_builtin_object_passes_kubernetes_validate_strict(rendere
     checked = 0
     # gpufleet's DRA objects too (claim templates, DeviceClasses; not Kueue's Configuration, a config file's content,
     # nor its queues: custom resources, checked against Kueue's CRDs below), and its monitoring ConfigMap (the
-    # Prometheus operator's objects: tests/unit/test_monitoring.py, by their CRDs)
+    # Prometheus operator's objects: tests/unit/test_monitoring.py, by their CRDs), and its remediation ConfigMap (the
+    # medik8s templates and checks: tests/unit/test_node_remediation.py, by their CRDs)
     generated = [
         o for g in result.generated if g.name not in ("kueue", "queues") for o in g.objects
-        if not o["apiVersion"].startswith("monitoring.coreos.com/")
+        if not o["apiVersion"].startswith("monitoring.coreos.com/") and ".medik8s.io/" not in o["apiVersion"]
     ]  # fmt: skip
     for obj in [*(o for c in result.charts for o in c.objects), *generated]:
         if obj["kind"] in crd_kinds:
@@ -427,6 +428,7 @@ def test_render_writes_the_manifests_nodes_and_where_each_daemonset_runs(tmp_pat
         "gpu-operator.yaml",
         "gpufleet-kueue.yaml",
         "gpufleet-monitoring.yaml",
+        "gpufleet-remediation.yaml",
         "nodes.yaml",
         "summary.json",
     ]
