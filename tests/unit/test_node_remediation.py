@@ -208,9 +208,12 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return True
 
 
-def _remediates(check: dict[str, Any], unhealthy: int) -> bool:
-    """NHC lets a remediation start while no more than maxUnhealthy selected nodes are unhealthy."""
-    return unhealthy <= check["spec"]["maxUnhealthy"]
+def _remediates(check: dict[str, Any], unhealthy: int, selected: int) -> bool:
+    """Whether NHC remediates when ``unhealthy`` of its ``selected`` nodes match its conditions (v0.12.0
+    nodehealthcheck_controller.go: getMinHealthy turns maxUnhealthy into minHealthy = selected - maxUnhealthy, and a
+    remediation is skipped while fewer nodes than that are healthy)."""
+    assert check["spec"]["maxUnhealthy"] <= selected  # else NHC refuses the check ("greater than the number of ...")
+    return selected - unhealthy >= selected - check["spec"]["maxUnhealthy"]
 
 
 @needs_charts
@@ -240,8 +243,9 @@ def test_the_checks_watch_the_node_level_conditions_npd_sets_and_not_the_one_for
 
 def test_a_pool_lets_one_node_go_at_a_time_and_never_its_last_healthy_one(catalog):
     checks = {c["metadata"]["name"]: c for c in _of(_remediation(_plan(PROD, catalog)).objects(), "NodeHealthCheck")}
-    h100mig = checks["gpufleet-h100mig"]  # autoscaled 2 to 6 nodes: at its fewest two
-    assert [_remediates(h100mig, n) for n in (1, 2)] == [True, False]
+    h100mig = checks["gpufleet-h100mig"]  # autoscaled 2 to 6 nodes
+    assert [_remediates(h100mig, n, 2) for n in (1, 2)] == [True, False]  # at its fewest: never the last healthy
+    assert [_remediates(h100mig, n, 6) for n in (1, 2)] == [True, False]  # at its most: one at a time
 
 
 def _onprem(catalog: Any, edit: Any = None) -> StackPlan:
@@ -261,7 +265,7 @@ def test_a_bare_metal_group_is_power_cycled_through_its_bmcs_and_a_group_of_one_
         "gpu-a01",
         "gpu-a02",
     ]
-    assert [_remediates(checks[0], n) for n in (1, 2)] == [True, False]
+    assert [_remediates(checks[0], n, 2) for n in (1, 2)] == [True, False]
     (fence,) = _of(remediation.objects(), "FenceAgentsRemediationTemplate")
     spec = fence["spec"]["template"]["spec"]
     assert spec["nodeparameters"]["--ip"] == {"gpu-a01": "10.0.0.11", "gpu-a02": "10.0.0.12"}
@@ -372,3 +376,13 @@ def test_remediate_yml_refuses_hosts_their_cluster_remediates():
     assert filters.gpufleet_remediation_decide(*args, {})["decisions"][0]["verdict"] == "act"
     refused = filters.gpufleet_remediation_decide(*args, {"engine": "node-healthcheck"})
     assert (refused["decisions"], refused["errors"]) == ([], [filters.ELSEWHERE])
+
+
+def test_max_hosts_at_once_two_lets_two_of_four_go_but_one_of_a_pool_of_two(catalog):
+    def two(config: Any) -> None:
+        config["gpufleet:aks"]["remediation"]["max_hosts_at_once"] = 2
+
+    plan = plan_stack(stack_variant(PROD, two), catalog)
+    checks = {c["metadata"]["name"]: c for c in _of(_remediation(plan).objects(), "NodeHealthCheck")}
+    assert [_remediates(checks["gpufleet-h100train"], n, 4) for n in (1, 2, 3)] == [True, True, False]
+    assert checks["gpufleet-h100mig"]["spec"]["maxUnhealthy"] == 1  # two nodes at its fewest
