@@ -815,17 +815,23 @@ def check_canaries(bm: Baremetal) -> Iterator[Finding]:
             )
 
 
-def check_remediation(remediation: Remediation, path: Path = ("baremetal", "remediation")) -> Iterator[Finding]:
-    """Each Xid the policy names is one gpufleet's Xid catalog knows (NVIDIA's code, with its resolution); AKS nodes
-    are remediated in their cluster only (remediate.yml reaches hosts through SSH and their BMCs)."""
-    from gpufleet.remediation import xid_catalog
-
-    if path[0] == "aks" and remediation.engine == "ansible":
+def check_aks_remediation(remediation: Remediation) -> Iterator[Finding]:
+    """AKS nodes are remediated in their cluster only (remediate.yml reaches hosts through SSH and their BMCs), by
+    Xids the catalog knows."""
+    path: Path = ("aks", "remediation")
+    if remediation.engine == "ansible":
         yield Finding(
             (*path, "engine"),
             "AKS nodes are remediated in their cluster: engine node-healthcheck (ansible/remediate.yml drives"
             " bare-metal hosts through SSH and their BMCs)",
         )
+    yield from check_remediation(remediation, path)
+
+
+def check_remediation(remediation: Remediation, path: Path = ("baremetal", "remediation")) -> Iterator[Finding]:
+    """Each Xid the policy names is one gpufleet's Xid catalog knows (NVIDIA's code, with its resolution)."""
+    from gpufleet.remediation import xid_catalog
+
     known = xid_catalog()
     for code in remediation.xid_actions:
         if code not in known:
@@ -887,7 +893,7 @@ def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
         yield from check_aks_pools(stack.aks.gpu_pools, stack.aks.cluster.system_pool, in_region)
         yield from check_nap_cluster(stack)
         if stack.aks.remediation is not None:
-            yield from check_remediation(stack.aks.remediation, ("aks", "remediation"))
+            yield from check_aks_remediation(stack.aks.remediation)
     yield from check_teams(stack.teams)
     if stack.baremetal is not None:
         profiles = dict(stack.tuning_profiles)
