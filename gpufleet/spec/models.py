@@ -24,6 +24,7 @@ from pydantic import (
 
 from gpufleet.baseline import RULE_NAMES
 from gpufleet.diagnostics import did_you_mean
+from gpufleet.remediation import Action  # the remediation actions, mildest first (gpufleet.remediation.ACTIONS)
 from gpufleet.spec.types import (
     LABEL_KEY_RE,
     Cidr,
@@ -634,9 +635,6 @@ class GpuSoftware(StrictModel):
     device_plugin_repository: HelmRepository = DEVICE_PLUGIN_REPOSITORY
 
 
-RemediationAction = Literal["none", "cordon", "gpu-reset", "reboot", "power-cycle"]
-
-
 RemediationEngine = Literal["ansible", "node-healthcheck"]
 
 
@@ -653,7 +651,7 @@ class Remediation(StrictModel):
     max_hosts_at_once: int = Field(
         1, ge=1, description="hosts of a host group (nodes of a pool) out of service at once, those already out count"
     )
-    xid_actions: dict[int, RemediationAction] = Field(
+    xid_actions: dict[int, Action] = Field(
         default_factory=dict,
         description="Xid -> none, cordon, gpu-reset, reboot or power-cycle, instead of NVIDIA's resolution for it",
     )
