@@ -23,7 +23,6 @@ fence_redfish is Debian's own, run by the tests against a Redfish BMC.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -264,11 +263,11 @@ class NodeRemediationPlan:
         }
 
     def template_of(self, group: NodeGroup) -> dict[str, str]:
-        operator = self.release.self_node_remediation if group.remediator == "reboot" else \
-            self.release.fence_agents_remediation  # fmt: skip
-        kind = "SelfNodeRemediationTemplate" if group.remediator == "reboot" else "FenceAgentsRemediationTemplate"
-        name = REBOOT_TEMPLATE if group.remediator == "reboot" else f"{group.name}-power-cycle"
-        return {"apiVersion": operator.api, "kind": kind, "namespace": self.release.namespace, "name": name}
+        """The reference NHC takes to the group's remediation template."""
+        template = self.reboot_template() if group.remediator == "reboot" else self.fence_template(group)
+        meta = template["metadata"]
+        return {"apiVersion": template["apiVersion"], "kind": template["kind"], "namespace": meta["namespace"],
+                "name": meta["name"]}  # fmt: skip
 
     def health_check(self, group: NodeGroup) -> dict[str, Any]:
         return {
@@ -304,7 +303,7 @@ def node_remediation_plan(plan: StackPlan) -> NodeRemediationPlan | None:
     if spec is None:
         return None
     policy = policy_from(spec)
-    found: Iterable[NodeGroup | Skipped]
+    found: list[NodeGroup | Skipped]
     if plan.cluster is not None:
         found = [pool_group(p, policy) for p in plan.pools]
     else:
@@ -315,7 +314,6 @@ def node_remediation_plan(plan: StackPlan) -> NodeRemediationPlan | None:
             for g in plan.host_groups
             if g.gpu_model is not None
         ]
-    found = list(found)
     if not found:
         return None
     return NodeRemediationPlan(
