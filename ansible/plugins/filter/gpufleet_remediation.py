@@ -53,9 +53,7 @@ def gpufleet_remediation_decide(
     hosts = [str(h) for h in plain_data(list(play_hosts))]
     inventory = plain_data(dict(groups))
     groups = {str(g): [str(h) for h in inventory.get(g, [])] for g in plain_data(list(host_groups))}
-    errors = incomplete_groups(hosts, groups)
-    if _spec(remediation).engine == "node-healthcheck":
-        errors = [ELSEWHERE]
+    errors = [ELSEWHERE] if _spec(remediation).engine == "node-healthcheck" else incomplete_groups(hosts, groups)
     healths = []
     for host in hosts:
         facts = plain_data(dict(hostvars[host].get("gpufleet_remediation_read") or {}))
