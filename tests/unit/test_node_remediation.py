@@ -31,6 +31,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpufleet import charts
 from gpufleet.node_remediation import (
     CONDITIONS,
     MONITOR_FILE,
@@ -42,7 +43,7 @@ from gpufleet.node_remediation import (
 from gpufleet.plan import StackPlan, plan_stack
 from gpufleet.remediation import RECOVERING, Policy, xid_catalog
 from gpufleet.spec import load_stack
-from tests.charts import crd_errors, crd_validator, needs_charts, render_stack, stack_variant
+from tests.charts import CHARTS_DIR, crd_errors, crd_validator, needs_charts, stack_variant
 from tests.conftest import FIXTURES, REPO, TODAY
 from tests.sushy import USER, free_port, htpasswd, running, self_signed
 
@@ -173,7 +174,7 @@ def test_the_rules_are_re2_syntax_and_name_only_npd_fields():
 @pytest.mark.parametrize("path", STACKS, ids=lambda p: p.stem.removeprefix("Pulumi."))
 def test_every_example_stacks_remediation_file_passes_the_crds_and_kubernetes_validate(path, catalog):
     plan = _plan(path, catalog)
-    generated = {g.name: g for g in render_stack(load_stack(path, today=TODAY).stack, catalog).generated}
+    generated = {g.name: g for g in charts.render(plan, directory=CHARTS_DIR).generated}
     if kubernetes_policy(plan) is None:
         assert "remediation" not in generated
         return
@@ -219,7 +220,7 @@ def _remediates(check: dict[str, Any], unhealthy: int, selected: int) -> bool:
 @needs_charts
 def test_each_pools_check_selects_that_pools_nodes_only_and_reboots(catalog):
     plan = _plan(PROD, catalog)
-    rendered = render_stack(load_stack(PROD, today=TODAY).stack, catalog)
+    rendered = charts.render(plan, directory=CHARTS_DIR)
     checks = _of(_remediation(plan).objects(), "NodeHealthCheck")
     selected = {c["metadata"]["name"]: [n["target"] for n in rendered.nodes() if _selects(c["spec"]["selector"],
                 n["labels"])] for c in checks}  # fmt: skip
@@ -249,11 +250,7 @@ def test_a_pool_lets_one_node_go_at_a_time_and_never_its_last_healthy_one(catalo
 
 
 def _onprem(catalog: Any, edit: Any = None) -> StackPlan:
-    def change(config: Any) -> None:
-        if edit is not None:
-            edit(config)
-
-    return plan_stack(stack_variant(ONPREM, change), catalog)
+    return plan_stack(stack_variant(ONPREM, edit or (lambda config: None)), catalog)
 
 
 def test_a_bare_metal_group_is_power_cycled_through_its_bmcs_and_a_group_of_one_never(catalog):
