@@ -29,6 +29,7 @@ lab_tools=(
   "pkg-config:pkg-config" "gcc:gcc"
   "xmllint:libxml2-utils"  # virt-xml-validate (libvirt-clients) runs it: the tests validate gpufleet's domain XML
   "distccd:distcc"  # make test-slow: this machine compiles for the lab hosts' DKMS builds (tests/lab/distcc.py)
+  "systemd-nspawn:systemd-container"  # the lab's system containers (gpufleet/lab/container.py)
 )
 for entry in "${lab_tools[@]}"; do
   command -v "${entry%%:*}" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "${entry%%:*}" >/dev/null 2>&1 \

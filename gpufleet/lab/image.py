@@ -2,7 +2,8 @@
 
 Built once and cached under ``<lab dir>/images/<recipe hash>/``: ``debootstrap`` into a folder, a partitioned raw
 disk filled with ``mkfs.ext4 -E offset=... -d`` (no loop devices, no mounts), qcow2, then one boot with the kernel
-passed directly during which the guest installs GRUB on its disk and powers off. The recipe hash covers the
+passed directly during which the guest installs GRUB on its disk and powers off. The folder is kept beside the disk
+(``rootfs/``): the lab's system containers boot the same tree (container.py). The recipe hash covers the
 package list, the customization in this file and the lab's SSH key, so a change to any of them rebuilds.
 """
 
@@ -30,7 +31,7 @@ PACKAGES = [
     # missing and then restarts Python, which the Mitogen strategy cannot (the roles install it first themselves)
     "python3-apt",
 ]  # fmt: skip
-RECIPE_VERSION = 2  # bump when the customization below changes in a way the hash would not see
+RECIPE_VERSION = 3  # bump when the customization below changes in a way the hash would not see (3: keeps rootfs/)
 TOOLS = {
     "debootstrap": "debootstrap",
     "sfdisk": "fdisk",
@@ -54,6 +55,11 @@ class Image:
     recipe: str
     built_now: bool
     seconds: float
+
+    @property
+    def rootfs(self) -> Path:
+        """The debootstrapped tree the disk was made from, kept for the lab's system containers (container.py)."""
+        return self.path.parent / "rootfs"
 
 
 GRUB_SERVICE = """\
@@ -190,7 +196,7 @@ def ensure_image(progress: Progress = print, force: bool = False) -> Image:
     """The cached image, built first if its recipe changed (or ``force``)."""
     recipe = recipe_hash()
     final = lab_dir() / "images" / recipe
-    if (final / "base.qcow2").exists() and not force:
+    if (final / "base.qcow2").exists() and (final / "rootfs").is_dir() and not force:
         return Image(final / "base.qcow2", final / "vmlinuz", final / "initrd.img", recipe, False, 0.0)
     missing = missing_tools()
     if missing:
@@ -240,7 +246,7 @@ def ensure_image(progress: Progress = print, force: bool = False) -> Image:
         stdin=subprocess.DEVNULL,
     )
     raw.unlink()
-    shutil.rmtree(rootfs)
+    rootfs.rename(staging / "rootfs")  # the same tree, booted as a system container (container.py)
     mode = accel.detect(staging / "vmlinuz")
     progress(f"first boot ({mode.name}): the guest installs GRUB on its disk, then powers off")
     _first_boot(staging, mode, work / "first-boot.log")
