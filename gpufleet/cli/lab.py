@@ -41,10 +41,10 @@ def _stamp(to_stderr: bool = False) -> Any:
     return say
 
 
-def _lab(hosts: int, prefix: str = "lab", as_json: bool = False) -> Any:
+def _lab(hosts: int, prefix: str = "lab", as_json: bool = False, kind: str | None = None) -> Any:
     from gpufleet.lab import Lab
 
-    return Lab(prefix, hosts, progress=_stamp(to_stderr=as_json))
+    return Lab(prefix, hosts, progress=_stamp(to_stderr=as_json), kind=kind)
 
 
 def _lab_inventory(project: Path) -> Path:
@@ -84,6 +84,14 @@ def lab_up(
     fresh: Annotated[bool, typer.Option("--fresh", help="Recreate the hosts from the image.")] = False,
     prefix: PrefixOpt = "lab",
     inventory: InventoryOpt = None,
+    container: Annotated[
+        bool,
+        typer.Option(
+            "--container",
+            help="System containers (systemd-nspawn) of the image's Debian tree instead of VMs: for file, unit and"
+            " package effects, at native speed; no kernel of their own, no BMC.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
     root: RootOpt = None,
 ) -> None:
@@ -93,7 +101,7 @@ def lab_up(
 
     inventory = inventory or _lab_inventory(project_root(root))
     try:
-        result = _lab(hosts, prefix, as_json).up(inventory=inventory, fresh=fresh)
+        result = _lab(hosts, prefix, as_json, "container" if container else "vm").up(inventory=inventory, fresh=fresh)
     except LabError as exc:
         err.print(f"[red]lab up failed:[/red] {shown(exc)}")
         raise typer.Exit(EXIT_INVALID) from None
@@ -135,7 +143,8 @@ def lab_status(hosts: HostsOpt = 2, prefix: PrefixOpt = "lab", as_json: JsonOpt 
 
 @lab_app.command("down")
 def lab_down(hosts: HostsOpt = 2, prefix: PrefixOpt = "lab") -> None:
-    """Power the hosts off through Redfish, remove them, and stop the daemons the lab started."""
+    """Power the hosts off through Redfish (or stop the system containers), remove them, and stop the daemons the
+    lab started once no VM lab is left."""
     _lab(hosts, prefix).down()
     out.print("lab down")
 

@@ -1,8 +1,10 @@
-"""The local bare-metal lab: Debian VMs with two NUMA nodes, an SR-IOV device and a Redfish BMC each.
+"""The local bare-metal lab: Debian VMs with two NUMA nodes, an SR-IOV device and a Redfish BMC each, and system
+containers of the same Debian tree for what needs no kernel of its own.
 
 ``Lab(...).up()`` builds (or reuses) the image, starts libvirt and the Redfish emulator when they are not running,
 defines the hosts, powers them on through Redfish, waits for SSH and writes the inventory; ``down()`` powers them
-off through Redfish, removes them and stops only what the lab started. See docs/lab.md.
+off through Redfish, removes them and stops only what the lab started. ``Lab(..., kind="container")`` boots the
+image's tree as systemd-nspawn containers instead (container.py), reached over SSH the same way. See docs/lab.md.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufleet.lab import container, redfish, resetd, ssh, virt
 from gpufleet.lab import image as image_mod
-from gpufleet.lab import redfish, resetd, ssh, virt
 from gpufleet.lab.accel import Accel, detect
 from gpufleet.lab.config import SSH_PORT_BASE, host_uuid, lab_dir, lab_lock
 
@@ -60,12 +62,23 @@ class UpResult:
     total_seconds: float = 0.0
 
 
-class Lab:
-    """A set of lab hosts named ``<prefix>-1 .. <prefix>-<count>``."""
+KINDS = ("vm", container.KIND)
+# system containers: no accelerator to choose, no BMC
+CONTAINER_ACCEL = Accel("native", "system containers (systemd-nspawn) run at this machine's speed")
 
-    def __init__(self, prefix: str = "lab", count: int = 2, progress: Progress = print) -> None:
+
+class Lab:
+    """A set of lab hosts named ``<prefix>-1 .. <prefix>-<count>``: VMs, or system containers with
+    ``kind="container"`` (an existing lab keeps the kind it was brought up with)."""
+
+    def __init__(
+        self, prefix: str = "lab", count: int = 2, progress: Progress = print, kind: str | None = None
+    ) -> None:
         self.prefix, self.count, self.progress = prefix, count, progress
         self.state_path = lab_dir() / f"lab-{prefix}.json"
+        self.kind = kind or self._state().get("kind", "vm")
+        if self.kind not in KINDS:
+            raise LabError(f"lab kind {self.kind!r}: expected one of {', '.join(KINDS)}")
 
     # -- state ---------------------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
@@ -107,6 +120,19 @@ class Lab:
     # -- up ------------------------------------------------------------------------------------------------
     def up(self, inventory: Path | None = None, fresh: bool = False) -> UpResult:
         started = time.monotonic()
+        state = self._state()
+        if state and state.get("kind", "vm") != self.kind:
+            raise LabError(
+                f"lab {self.prefix!r} is up as {state.get('kind', 'vm')} hosts; `gpufleet lab down --prefix "
+                f"{self.prefix}` first"
+            )
+        if self.kind == container.KIND:
+            result = self._up_containers(fresh)
+            if inventory is not None:
+                write_inventory(inventory, result.hosts, result)
+                self.progress(f"inventory written: {inventory}")
+            result.total_seconds = time.monotonic() - started
+            return result
         with lab_lock(self.progress):  # shared resources; released while the hosts boot
             result, power_on_at = self._start(fresh)
         result.boot_seconds = self._wait_ssh(result.hosts, power_on_at)
@@ -171,12 +197,40 @@ class Lab:
                     power_on_at[host.name] = time.monotonic()
         return result, power_on_at
 
+    def _up_containers(self, fresh: bool) -> UpResult:
+        with lab_lock(self.progress):  # the image and the port choice are shared with the other labs
+            try:
+                image = image_mod.ensure_image(self.progress)
+            except image_mod.ImageError as exc:
+                raise LabError(str(exc)) from None
+            hosts = self.hosts()
+            if fresh:
+                for host in hosts:
+                    container.stop(self._container(host), self.progress)
+            self._save(kind=container.KIND, hosts=[{"name": h.name, "uuid": h.uuid, "ssh_port": h.ssh_port}
+                                                   for h in hosts])  # fmt: skip
+        result = UpResult(CONTAINER_ACCEL, "nspawn", None, "system containers have no BMC", hosts, image.built_now,
+                          image.seconds)  # fmt: skip
+        try:
+            for host in hosts:
+                result.boot_seconds[host.name] = container.start(self._container(host), image.rootfs, self.progress)
+        except container.ContainerError as exc:
+            raise LabError(str(exc)) from None
+        return result
+
+    @staticmethod
+    def _container(host: virt.LabHost) -> container.ContainerHost:
+        return container.ContainerHost(host.name, host.ssh_port)
+
     def _all_lab_hosts(self) -> list[virt.LabHost]:
-        """Hosts of every lab on this machine (the one emulator serves them all)."""
+        """Hosts of every VM lab on this machine (the one emulator serves them all)."""
         hosts = {h.uuid: h for h in self.hosts()}
         for path in lab_dir().glob("lab-*.json"):
             try:
-                for h in json.loads(path.read_text()).get("hosts", []):
+                state = json.loads(path.read_text())
+                if state.get("kind", "vm") != "vm":
+                    continue
+                for h in state.get("hosts", []):
                     hosts.setdefault(h["uuid"], h)
             except (OSError, ValueError, KeyError):
                 pass
@@ -271,7 +325,10 @@ class Lab:
         state = self._state()
         backend = state.get("backend", "libvirt")
         hosts = self.hosts()
-        if backend == "libvirt" and self._libvirt_for_down():
+        if self.kind == container.KIND:
+            for host in hosts:
+                container.stop(self._container(host), self.progress)
+        elif backend == "libvirt" and self._libvirt_for_down():
             self._remove_hosts(hosts, backend)
         else:
             for host in hosts:
@@ -279,11 +336,12 @@ class Lab:
                 self._keep_console(host)
                 shutil.rmtree(host.disk.parent, ignore_errors=True)
         self.state_path.unlink(missing_ok=True)
-        others = [p for p in lab_dir().glob("lab-*.json")]
+        others = [p.stem.removeprefix("lab-") for p in lab_dir().glob("lab-*.json") if _vm_lab_alive(p, self.progress)]
         if not others:
             virt.stop_started_daemons(self.progress)
         else:
-            self.progress("other labs are still defined: leaving libvirt and the Redfish emulator running")
+            self.progress(f"other VM labs are still up ({', '.join(sorted(others))}): leaving libvirt and the Redfish "
+                          "emulator running")  # fmt: skip
 
     def _libvirt_for_down(self) -> bool:
         """libvirt answering, started again if it is not (e.g. after a restart of the machine): its domains are
@@ -319,12 +377,35 @@ class Lab:
                     power = "unknown to the BMC"
             elif backend == "qemu":
                 power = "On" if virt.qemu_pid(host) else "Off"
+            elif self.kind == container.KIND:
+                power = "On" if self._container(host).pid() else "Off"
             else:
                 power = "BMC unreachable"
             reachable = power == "On" and ssh.reachable(key, host.ssh_port)
-            out.append(HostStatus(host.name, host.uuid, host.ssh_port, power, reachable, backend,
-                                  str(host.serial_log)))  # fmt: skip
+            console = self._container(host).console if self.kind == container.KIND else host.serial_log
+            out.append(HostStatus(host.name, host.uuid, host.ssh_port, power, reachable, backend, str(console)))
         return out
+
+
+def _vm_lab_alive(path: Path, progress: Progress) -> bool:
+    """Whether the VM lab of state file ``path`` still has a host (its domain defined in libvirt, or its QEMU
+    running). A state file none of whose hosts exists is stale (its lab was killed, its hosts removed since): it is
+    removed, so that it keeps no daemon running. Container labs need none of the VM labs' daemons."""
+    try:
+        state = json.loads(path.read_text())
+        if state.get("kind", "vm") != "vm":
+            return False
+        hosts = [_host_from(h) for h in state.get("hosts", [])]
+    except (OSError, ValueError, KeyError):
+        hosts, state = [], {}
+    if state.get("backend", "libvirt") == "libvirt" and _libvirt_answers():
+        alive = any(virt.domain_state(h) != "undefined" for h in hosts)
+    else:
+        alive = any(virt.qemu_pid(h) is not None or h.disk.exists() for h in hosts)
+    if not alive:
+        progress(f"{path.name}: none of its hosts exists any more; removing this stale lab state")
+        path.unlink(missing_ok=True)
+    return alive
 
 
 def _host_from(data: dict[str, Any]) -> virt.LabHost:
