@@ -17,7 +17,8 @@ import pytest
 from tests.conftest import REPO
 from tests.lab import distcc, molecule_runner
 
-NEEDED = ["qemu-system-x86_64", "qemu-img", "debootstrap", "sfdisk", "mkfs.ext4", "virsh", "libvirtd", "ssh"]
+NEEDED = ["qemu-system-x86_64", "qemu-img", "debootstrap", "sfdisk", "mkfs.ext4", "virsh", "libvirtd", "ssh",
+          "systemd-nspawn"]  # fmt: skip
 
 
 def require_virtualization() -> None:
@@ -93,6 +94,26 @@ def lab_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     except LabError as exc:
         lab.down()
         pytest.fail(f"the lab did not come up: {exc}", pytrace=False)
+    try:
+        yield {"lab": lab, "result": result, "inventory": inventory, "log": lines}
+    finally:
+        lab.down()
+
+
+@pytest.fixture(scope="class")
+def container_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """One fresh system container (prefix `ctest`, gpufleet/lab/container.py), its inventory, removed afterwards."""
+    from gpufleet.lab import Lab, LabError
+
+    require_virtualization()
+    lines: list[str] = []
+    lab = Lab("ctest", 1, progress=lambda m: (lines.append(m), print(m, flush=True)), kind="container")
+    inventory = tmp_path_factory.mktemp("containers") / "hosts.yml"
+    try:
+        result = lab.up(inventory=inventory, fresh=True)
+    except LabError as exc:
+        lab.down()
+        pytest.fail(f"the lab's system container did not come up: {exc}", pytrace=False)
     try:
         yield {"lab": lab, "result": result, "inventory": inventory, "log": lines}
     finally:

@@ -62,29 +62,6 @@ PLANT_SOCKETS = (
     "    os.makedirs(os.path.dirname(path), exist_ok=True)\n"
     "    socket.socket(socket.AF_UNIX).bind(path)\n"
 )
-IMEX_UNIT_FILE = "/usr/lib/systemd/system/nvidia-imex.service"  # a package's unit: `systemctl mask` replaces it
-IMEX_STANDIN = (
-    "[Unit]",
-    "Description=TEST DOUBLE of nvidia-imex (gpufleet lab test): a oneshot unit running /bin/true",
-    "[Service]",
-    "Type=oneshot",
-    "RemainAfterExit=yes",
-    "ExecStart=/bin/true",
-    "[Install]",
-    "WantedBy=multi-user.target",
-)
-IMEX_PLAY = """
-- name: The nvidia_driver role's imex tasks, as site.yml runs them on a DRA ComputeDomain host group
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: Mask nvidia-imex (what the plan's compute_domains sets for advertiser dra with NVLink across hosts)
-      ansible.builtin.include_role:
-        name: nvidia_driver
-        tasks_from: imex
-      vars:
-        nvidia_driver_mask_imex: true
-"""
 
 
 def converge(lab_hosts: dict, check: bool = False, progress=print) -> PlaybookResult:
@@ -370,29 +347,6 @@ class TestLab:
         finally:
             remote(host, f"echo 64 > {pages}; rm -f {' '.join(ADVERTISER_SOCKETS)}")
 
-    def test_the_driver_role_masks_nvidia_imex_where_dra_runs_compute_domains(self, lab_hosts, tmp_path):
-        """The driver role's imex tasks alone, on a host with a TEST DOUBLE of nvidia-imex.service (a oneshot unit
-        running /bin/true, enabled and started, where the nvidia-imex package puts its unit), with the variable
-        site.yml sets on a host group whose advertiser is dra and whose NVLink spans hosts: masked and stopped; a
-        second run changes nothing. No package, no reboot."""
-        host = lab_hosts["result"].hosts[0]
-        remote(host, f"printf '%s\\n' {' '.join(shlex.quote(line) for line in IMEX_STANDIN)} > {IMEX_UNIT_FILE}"
-                     " && systemctl daemon-reload && systemctl enable --now nvidia-imex.service")  # fmt: skip
-        assert remote(host, "systemctl is-active nvidia-imex.service").strip() == "active"
-        play = tmp_path / "imex.yml"
-        play.write_text(IMEX_PLAY)
-        try:
-            first = run_playbook(play, lab_hosts["inventory"], limit=host.name, repo=REPO)
-            assert first.rc == 0, first.output[-3000:]
-            assert first.recap[host.name]["changed"] == 2, first.output[-3000:]  # masked, stopped
-            state = remote(host, "systemctl is-enabled nvidia-imex.service; systemctl is-active nvidia-imex.service; :")
-            assert state.split() == ["masked", "inactive"]
-            second = run_playbook(play, lab_hosts["inventory"], limit=host.name, repo=REPO)
-            assert second.rc == 0 and second.recap[host.name]["changed"] == 0, second.output[-3000:]
-        finally:  # the later steps' hosts as they were
-            remote(host, "systemctl unmask nvidia-imex.service; systemctl disable --now nvidia-imex.service;"
-                         f" rm -f {IMEX_UNIT_FILE}; systemctl daemon-reload")  # fmt: skip
-
     def test_bare_metal_host_create_boots_a_powered_off_host_through_redfish_with_its_facts(self, lab_hosts, capfd):
         """The BareMetalHost provider's CRUD against the lab's BMC: wrong password and wrong serial refused in one
         line before anything changes; create on a powered-off host boots it and returns the VM's facts; the same
@@ -458,27 +412,6 @@ class TestLab:
             assert f"{h.name} (127.0.0.1:{h.ssh_port})  OK" in proc.stdout, proc.stdout[-3000:]
         for h in hosts:  # the power-cycled host and the one the first converge rebooted: the VF is still on vfio-pci
             assert_vf_on_vfio(h)
-
-    def test_nvidia_driver_check_mode_reports_the_install_and_changes_nothing(self, lab_hosts):
-        """The driver role in check mode on a converged host (Debian's packages; `make test-slow` installs them)."""
-        host = lab_hosts["result"].hosts[0]
-        snapshot = (
-            "dpkg-query -W -f '${Package} ${Version}\\n' | sha256sum; apt-mark showhold;"
-            " ls -la --time-style=full-iso /etc/apt/sources.list.d /etc/modprobe.d /etc/systemd/system | sha256sum"
-        )
-        before = remote(host, snapshot)
-        result = run_playbook(
-            REPO / "roles/nvidia_driver/molecule/default/check.yml",
-            lab_hosts["inventory"],
-            {},
-            check=True,
-            limit=host.name,
-            repo=REPO,
-        )
-        assert result.rc == 0, result.output[-3000:]
-        assert result.recap[host.name]["changed"] > 0, result.output[-3000:]
-        assert "would install nvidia-open-kernel-dkms, nvidia-driver, firmware-nvidia-gsp" in result.output
-        assert remote(host, snapshot) == before
 
     def test_a_host_powered_off_mid_run_does_not_stop_the_other(self, lab_hosts):
         hosts = lab_hosts["result"].hosts
