@@ -26,7 +26,9 @@ from gpufleet.lab.budget import (
     step_id,
 )
 from gpufleet.lab.job import record
-from tests.conftest import REPO
+from tests.conftest import REPO, cli
+
+SAMPLE = REPO / "tests/fixtures/lab-timings/make-test-lab.json"  # issue 40's reference run (docs/lab.md shows it)
 
 
 def collected_lab_steps() -> set[str]:
@@ -198,3 +200,25 @@ def test_a_recorded_run_reads_back_and_an_older_record_too(tmp_path: Path):
     (tmp_path / "bad.json").write_text('{"steps": {"a": 3}}')
     with pytest.raises(ValidationFailed, match=r"bad\.json:1: not a lab run's record"):
         read_run(tmp_path / "bad.json")
+
+
+def test_gpufleet_lab_budget_prints_the_table_names_what_is_over_and_exits_0():
+    proc = cli("lab", "budget", "--record", str(SAMPLE), "--root", str(REPO))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1].split() == ["step", "seconds", "budget", "status"]
+    assert lines[-2].split()[-6:] == ["1254", "1200", "OVER", "by", "54", "s"]  # the total row
+    assert lines[-1].startswith("OVER BUDGET: the lab session took 1254 s, over its total of 1200 s")
+    data = json.loads(cli("lab", "budget", "--json", "--record", str(SAMPLE), "--root", str(REPO)).stdout)
+    assert data["over"] == ["total"] and data["total"]["status"] == "OVER by 54 s"
+    assert set(data["steps"][0]) == {"step", "seconds", "budget", "outcome", "status", "over"}
+
+
+def test_gpufleet_lab_budget_refuses_a_malformed_table_at_its_line(tmp_path: Path):
+    (tmp_path / "tests/lab").mkdir(parents=True)
+    (tmp_path / BUDGET_FILE).write_text("total: 1200\nsteps:\n  image: soon\n")
+    proc = cli("lab", "budget", "--record", str(SAMPLE), "--root", str(tmp_path))
+    assert proc.returncode == 1
+    assert f"{BUDGET_FILE}:3: steps.image: 'soon' is not a number of seconds above 0" in proc.stderr
+    nothing = cli("lab", "budget", "--root", str(REPO), "--record", str(tmp_path / "none.json"))
+    assert nothing.returncode == 0 and "no lab run recorded yet" in nothing.stdout  # the budgets, each "not run"
