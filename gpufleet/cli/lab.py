@@ -18,6 +18,8 @@ from gpufleet.cli.common import (
     err,
     load_or_exit,
     out,
+    print_diagnostics,
+    printable,
     project_root,
     shown,
     usage_error,
@@ -239,3 +241,43 @@ def lab_verify(as_json: JsonOpt = False, root: RootOpt = None) -> None:
             out.print(r.render(), markup=False)
     if not all(r.ok for r in reports):
         raise typer.Exit(EXIT_INVALID)
+
+
+@lab_app.command("budget")
+def lab_budget(
+    record: Annotated[
+        Path | None,
+        typer.Option("--record", help="A lab run's record (default: build/timings/make-test-lab.json, the last one)."),
+    ] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
+    """The last lab test run's steps against the lab's budget (tests/lab/budget.yaml): each step's seconds, its
+    budget and its status (ok, OVER by N s, no budget line, not run), then the lab session's wall time against the
+    total, and the steps over budget named. `make test` ends with it. Exit 0 also with steps over budget (timings
+    vary with the machine's load; `make bench` counts them as missed targets); 1 when the table or the record is
+    malformed."""
+    from gpufleet.diagnostics import ValidationFailed
+    from gpufleet.lab.budget import BUDGET_FILE, RECORD_NAME, LabRun, compare, load_budget, read_run
+
+    project = project_root(root)
+    path = record or project / "build" / "timings" / f"{RECORD_NAME}.json"
+    try:
+        budget = load_budget(project / BUDGET_FILE, BUDGET_FILE)
+        run = read_run(path)
+    except ValidationFailed as exc:
+        if as_json:
+            emit_json({"ok": False, "errors": [d.to_dict() for d in exc.diagnostics]})
+        else:
+            err.print("[red]the lab's budget cannot be read:[/red]")
+            print_diagnostics(err, exc.diagnostics, "  ")
+        raise typer.Exit(EXIT_INVALID) from None
+    report = compare(budget, run or LabRun({}, None, "not run"))
+    if as_json:
+        emit_json({"ok": True, "record": str(path) if run else None, **report.to_dict()})
+        return
+    when = f"recorded {run.recorded} on {run.machine}, {run.outcome}" if run else f"none recorded in {path}"
+    out.print(f"the lab's budget ({budget.file}); last lab run: {printable(when)}", markup=False, highlight=False)
+    out.print(printable(report.table()), markup=False, highlight=False)
+    style = "bold red" if report.over else ""
+    out.print(printable(report.summary()), style=style or None, markup=False, highlight=False)

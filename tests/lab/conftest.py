@@ -2,20 +2,31 @@
 
 They never skip: on a machine without what the lab needs they fail, saying what is missing. Every VM a test
 starts is removed when the test ends (Lab.down), also when it fails.
+
+Each whole run of the suite records its steps' wall times (gpufleet.lab.budget, tests/lab/budget.yaml): each test's
+set-up, call and tear-down, each Molecule scenario's own time, the shared set-ups timed with :func:`lab_step`, and
+the session's wall time, in build/timings/make-test-lab.json, failed runs too.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from gpufleet.lab.budget import LAB_TESTS, RECORD_NAME, StepClock
 from tests.conftest import REPO
 from tests.lab import distcc, molecule_runner
+
+_STARTED = time.monotonic()  # the lab session's start: this file loads as pytest starts, or as it collects tests/lab
+_clock = StepClock()
+_suite = {"whole": False, "left_out": 0}  # whether this session runs the whole suite (pytest_collection_finish)
 
 NEEDED = ["qemu-system-x86_64", "qemu-img", "debootstrap", "sfdisk", "mkfs.ext4", "virsh", "libvirtd", "ssh",
           "systemd-nspawn"]  # fmt: skip
@@ -48,16 +59,17 @@ def molecule_scenarios(
     from gpufleet.lab.config import lab_lock
     from gpufleet.lab.image import ensure_image
 
-    selected = [
-        item.callspec.params["role"]
+    nodeids = {
+        item.callspec.params["role"]: item.nodeid
         for item in request.session.items
         if getattr(item, "originalname", None) == "test_molecule_scenario"
-    ]
+    }
+    selected = list(nodeids)
     if not selected:
         yield {}
         return
     require_virtualization()
-    with lab_lock(print):  # built once, before the scenarios' `lab up`s and the other tests ask for it
+    with lab_lock(print), lab_step("image"):  # built once, before the scenarios' and the other tests' `lab up`s
         ensure_image(progress=lambda m: print(m, flush=True))
     jobs = max(1, int(os.environ.get("GPUFLEET_MOLECULE_JOBS", "2")))
     selected.sort(key=lambda role: not molecule_runner.may_reboot(role))  # longest first
@@ -67,7 +79,9 @@ def molecule_scenarios(
     try:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = {
-                role: pool.submit(molecule_runner.run_scenario, role, tmp_path_factory.mktemp(f"molecule-{role}"), env)
+                role: pool.submit(
+                    _timed_scenario, nodeids[role], role, tmp_path_factory.mktemp(f"molecule-{role}"), env
+                )
                 for role in selected
             }
             yield futures
@@ -80,6 +94,27 @@ def molecule_scenarios(
             print(f"\ndistccd compiled {done} files for the lab hosts ({failed} compile errors: conftest probes)")
 
 
+def _timed_scenario(nodeid: str, role: str, work: Path, env: dict[str, str]) -> tuple[int, str, float]:
+    """A scenario's run, its own wall time kept as its step's (its test only waits for it)."""
+    started = time.monotonic()
+    try:
+        return molecule_runner.run_scenario(role, work, env)
+    finally:
+        _clock.own(nodeid, time.monotonic() - started)
+
+
+@contextmanager
+def lab_step(name: str) -> Iterator[None]:
+    """Time a set-up that tests share (a fixture's) as a lab step of its own, ``name``, which needs its line in
+    tests/lab/budget.yaml as each test does. The test whose set-up ran it is charged without it."""
+    started, ok = time.monotonic(), False
+    try:
+        yield
+        ok = True
+    finally:
+        _clock.shared(name, time.monotonic() - started, ok)
+
+
 @pytest.fixture(scope="class")
 def lab_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """Two fresh lab hosts (prefix `test`), their inventory, torn down afterwards."""
@@ -90,7 +125,8 @@ def lab_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     lab = Lab("test", 2, progress=lambda m: (lines.append(m), print(m, flush=True)))
     inventory = tmp_path_factory.mktemp("lab") / "hosts.yml"
     try:
-        result = lab.up(inventory=inventory, fresh=True)
+        with lab_step("hosts boot"):
+            result = lab.up(inventory=inventory, fresh=True)
     except LabError as exc:
         lab.down()
         pytest.fail(f"the lab did not come up: {exc}", pytrace=False)
@@ -110,7 +146,8 @@ def container_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     lab = Lab("ctest", 1, progress=lambda m: (lines.append(m), print(m, flush=True)), kind="container")
     inventory = tmp_path_factory.mktemp("containers") / "hosts.yml"
     try:
-        result = lab.up(inventory=inventory, fresh=True)
+        with lab_step("container boot"):
+            result = lab.up(inventory=inventory, fresh=True)
     except LabError as exc:
         lab.down()
         pytest.fail(f"the lab's system container did not come up: {exc}", pytrace=False)
@@ -118,9 +155,6 @@ def container_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         yield {"lab": lab, "result": result, "inventory": inventory, "log": lines}
     finally:
         lab.down()
-
-
-_durations: dict[str, float] = {}
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -139,17 +173,33 @@ def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
             report.sections.append((f"serial console of {host.name}, last lines", "\n".join(tail)))
 
 
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    """Lab tests left out by -k or -m (but for the slow ones `make test` leaves out): not the whole suite."""
+    _suite["left_out"] += sum(
+        1 for item in items if item.nodeid.startswith(LAB_TESTS) and item.get_closest_marker("slow") is None
+    )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The whole suite runs when pytest was given tests/lab or a folder above it, and left none of its tests out."""
+    lab = REPO / LAB_TESTS
+    given = [(session.config.invocation_params.dir / arg).resolve() for arg in session.config.args if "::" not in arg]
+    _suite["whole"] = any(path == lab or path in lab.parents for path in given) and not _suite["left_out"]
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Each lab test's time (set-up, call and tear-down), for the record below."""
-    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+    if report.nodeid.startswith(LAB_TESTS):
+        _clock.report(report.nodeid, report.when, report.duration, report.outcome)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """A passing run of the whole lab suite keeps its times in build/timings/make-test-lab.json (`make bench`)."""
+    """A whole run of the lab suite, passed or failed (not interrupted), keeps its steps' times and its wall time
+    in build/timings/make-test-lab.json: `gpufleet lab budget` (the end of `make test`) and `make bench` compare
+    them with tests/lab/budget.yaml."""
     from gpufleet.lab.job import record
 
-    ran = [nodeid for nodeid in _durations if nodeid.startswith("tests/lab/")]
-    if exitstatus != 0 or len(ran) < 10:  # a selection or a failed run is not the suite's figure
+    if hasattr(session.config, "workerinput"):  # a pytest-xdist worker ran a share of the steps, not the suite
         return
-    tests = {nodeid.removeprefix("tests/lab/"): round(s, 1) for nodeid, s in _durations.items() if s >= 1}
-    record("make-test-lab", {"tests": tests, "total_seconds": round(sum(_durations.values()))}, REPO)
+    if _suite["whole"] and _clock.steps and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        record(RECORD_NAME, _clock.run(time.monotonic() - _STARTED, exitstatus).to_dict(), REPO)
