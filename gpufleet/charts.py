@@ -46,6 +46,7 @@ from gpufleet.dra import DraPlan, dra_plan
 from gpufleet.gpu_software import (
     CLUSTER_POLICY,
     CONTAINER_WORKLOAD,
+    DEVICE_PLUGIN_CHART,
     GPU_CLUSTER,
     GPU_OPERATOR_CHART,
     SANDBOX_MODE,
@@ -95,12 +96,23 @@ def pull_command(release: ChartRelease, directory: Path) -> str:
     return f"helm pull {release.chart} --repo {release.repository} --version {release.version} -d {directory}"
 
 
+def _chart_names(release: ChartRelease) -> list[str]:
+    """``<chart>-<version>`` with the version as given, without its ``v`` and with one (a chart's file or folder)."""
+    bare = release.version.removeprefix("v")
+    return list(dict.fromkeys(f"{release.chart}-{version}" for version in (release.version, bare, f"v{bare}")))
+
+
+def has_chart(release: ChartRelease, directory: Path) -> bool:
+    """Whether ``directory`` holds a ``<chart>-<version>.tgz`` or ``<chart>-<version>/`` of ``release`` (which
+    :func:`find_chart` then reads, refusing one of another version)."""
+    return any((directory / f"{name}.tgz").is_file() or (directory / name).is_dir() for name in _chart_names(release))
+
+
 def find_chart(release: ChartRelease, directory: Path) -> Path:
     """The chart of ``release`` in ``directory``: ``<chart>-<version>.tgz`` (what ``helm pull`` writes) or an unpacked
     ``<chart>-<version>/`` whose Chart.yaml has that version (the version written with or without its ``v``)."""
     bare = release.version.removeprefix("v")
-    names = dict.fromkeys((f"{release.chart}-{release.version}", f"{release.chart}-{bare}", f"{release.chart}-v{bare}"))
-    for name in names:
+    for name in _chart_names(release):
         if (directory / f"{name}.tgz").is_file():
             return directory / f"{name}.tgz"
         unpacked = directory / name
@@ -127,6 +139,29 @@ def _chart_yaml_version(path: Path) -> str | None:
         reason = exc.strerror if isinstance(exc, OSError) else "not a Chart.yaml"
         raise ChartError(f"cannot read {path}: {reason}") from None
     return str(data.get("version")) if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True)
+class PinnedChart:
+    """A chart release the example stacks pin and the tests render."""
+
+    chart: str
+    version: str  # as the repository lists it
+    repository: str  # gpufleet's default repository of the chart
+
+    @property
+    def release(self) -> ChartRelease:
+        return ChartRelease(self.chart, self.version, repository=self.repository, namespace=self.chart, values={})
+
+
+def pinned_charts() -> tuple[PinnedChart, ...]:
+    """The pinned charts (gpufleet/catalog/charts.yaml), each from gpufleet's default repository of it."""
+    from gpufleet.catalog import read_catalog_yaml
+    from gpufleet.spec.models import DEVICE_PLUGIN_REPOSITORY, GPU_OPERATOR_REPOSITORY
+
+    repositories = {GPU_OPERATOR_CHART: GPU_OPERATOR_REPOSITORY, DEVICE_PLUGIN_CHART: DEVICE_PLUGIN_REPOSITORY}
+    entries = read_catalog_yaml("charts.yaml")["charts"]
+    return tuple(PinnedChart(repository=repositories[entry["chart"]], **entry) for entry in entries)
 
 
 def helm_binary() -> str:
