@@ -27,6 +27,7 @@ The scheduler's part (taints, node selectors, required node affinity) is :mod:`g
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -143,11 +144,13 @@ def _chart_yaml_version(path: Path) -> str | None:
 
 @dataclass(frozen=True)
 class PinnedChart:
-    """A chart release the example stacks pin and the tests render."""
+    """A chart release the example stacks pin and the tests render, with what a ``helm pull`` of it must match."""
 
     chart: str
     version: str  # as the repository lists it
     repository: str  # gpufleet's default repository of the chart
+    sha256: str | None  # of the .tgz helm pull writes; None where nobody recorded it
+    files_sha256: str  # chart_files_digest of the chart
 
     @property
     def release(self) -> ChartRelease:
@@ -162,6 +165,57 @@ def pinned_charts() -> tuple[PinnedChart, ...]:
     repositories = {GPU_OPERATOR_CHART: GPU_OPERATOR_REPOSITORY, DEVICE_PLUGIN_CHART: DEVICE_PLUGIN_REPOSITORY}
     entries = read_catalog_yaml("charts.yaml")["charts"]
     return tuple(PinnedChart(repository=repositories[entry["chart"]], **entry) for entry in entries)
+
+
+def _digested(name: str) -> bool:
+    """The files of a chart that helm renders and the tests read keys from, which ``helm package`` copies unchanged
+    (not Chart.yaml, whose version a release pipeline sets, nor charts/, whose subcharts may be folders or .tgz)."""
+    return name == "values.yaml" or name.startswith(("templates/", "crds/"))
+
+
+def chart_files_digest(chart: Path) -> str:
+    """The digest of a chart's values.yaml, templates/ and crds/ (:func:`_digested`), the same for the unpacked chart
+    and its .tgz; in the unpacked chart: ``find values.yaml templates crds -type f | LC_ALL=C sort | xargs sha256sum |
+    sha256sum``."""
+    files: dict[str, bytes] = {}
+    if chart.is_dir():
+        for path in chart.rglob("*"):
+            name = path.relative_to(chart).as_posix()
+            if _digested(name) and path.is_file():
+                files[name] = path.read_bytes()
+    else:
+        with tarfile.open(chart) as tar:
+            for info in tar.getmembers():
+                name = info.name.partition("/")[2]  # below the chart's own folder
+                handle = tar.extractfile(info) if info.isfile() and _digested(name) else None
+                if handle is not None:
+                    files[name] = handle.read()
+    listing = "".join(f"{hashlib.sha256(files[n]).hexdigest()}  {n}\n" for n in sorted(files, key=str.encode))
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
+def pulled_chart_problem(tgz: Path, pin: PinnedChart) -> str | None:
+    """What makes a ``helm pull`` of ``pin`` not the pinned chart, in a few words (None: nothing): the .tgz's sha256
+    where one is recorded, its Chart.yaml's name and version, and its files' digest (:func:`chart_files_digest`)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        data = tgz.read_bytes()
+        if pin.sha256 is not None and (got := hashlib.sha256(data).hexdigest()) != pin.sha256:
+            return f"its sha256 is {got}, not the recorded {pin.sha256}"
+        with tarfile.open(tgz) as tar:
+            member = tar.extractfile(f"{pin.chart}/Chart.yaml")
+            meta = YAML(typ="safe").load(member.read()) if member is not None else None
+        digest = chart_files_digest(tgz)
+    except (OSError, KeyError, tarfile.TarError, YAMLError) as exc:
+        return f"it is not a chart archive of {pin.chart} ({exc})"
+    name, version = (meta.get("name"), meta.get("version")) if isinstance(meta, dict) else (None, None)
+    if name != pin.chart or str(version).removeprefix("v") != pin.version.removeprefix("v"):
+        return f"its Chart.yaml says {name} {version}, not {pin.chart} {pin.version}"
+    if digest != pin.files_sha256:
+        return f"its values.yaml, templates and crds have digest {digest}, not the recorded {pin.files_sha256}"
+    return None
 
 
 def helm_binary() -> str:
