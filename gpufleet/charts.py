@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -177,19 +178,7 @@ def chart_files_digest(chart: Path) -> str:
     """The digest of a chart's values.yaml, templates/ and crds/ (:func:`_digested`), the same for the unpacked chart
     and its .tgz; in the unpacked chart: ``find values.yaml templates crds -type f | LC_ALL=C sort | xargs sha256sum |
     sha256sum``."""
-    files: dict[str, bytes] = {}
-    if chart.is_dir():
-        for path in chart.rglob("*"):
-            name = path.relative_to(chart).as_posix()
-            if _digested(name) and path.is_file():
-                files[name] = path.read_bytes()
-    else:
-        with tarfile.open(chart) as tar:
-            for info in tar.getmembers():
-                name = info.name.partition("/")[2]  # below the chart's own folder
-                handle = tar.extractfile(info) if info.isfile() and _digested(name) else None
-                if handle is not None:
-                    files[name] = handle.read()
+    files = {name: data for name, data in chart_files(chart).items() if _digested(name)}
     listing = "".join(f"{hashlib.sha256(files[n]).hexdigest()}  {n}\n" for n in sorted(files, key=str.encode))
     return hashlib.sha256(listing.encode()).hexdigest()
 
@@ -1049,7 +1038,8 @@ def write(result: Render, out: Path) -> list[Path]:
 
 def chart_values_keys(chart: Path) -> set[str]:
     """Every key path of a chart's values.yaml and of its subcharts' (under their aliases), as dotted paths; an empty
-    mapping in the chart (``data: {}``) takes keys of the user's choosing and is written ``path.*``."""
+    mapping in the chart (``data: {}``) takes keys of the user's choosing and is written ``path.*``. The chart is a
+    folder or a .tgz (what ``helm pull`` writes), its subcharts folders or .tgz files in its ``charts/``."""
     from ruamel.yaml import YAML
 
     yaml = YAML(typ="safe")
@@ -1061,31 +1051,43 @@ def chart_values_keys(chart: Path) -> set[str]:
             if isinstance(value, dict):
                 yield from walk(value, path + ".") if value else [path + ".*"]
 
-    def load(directory_or_tgz: Path) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
-        if directory_or_tgz.is_dir():
-            values = yaml.load((directory_or_tgz / "values.yaml").read_text()) or {}
-            chart_yaml = yaml.load((directory_or_tgz / "Chart.yaml").read_text()) or {}
-            aliases = {d["name"]: d.get("alias") or d["name"] for d in chart_yaml.get("dependencies") or []}
-            subs = []
-            for sub in sorted((directory_or_tgz / "charts").glob("*")):
-                meta = yaml.load((sub / "Chart.yaml").read_text()) if sub.is_dir() else _tgz_member(sub, "Chart.yaml")
-                sub_values = load(sub)[0] if sub.is_dir() else _tgz_member(sub, "values.yaml")
-                subs.append((aliases.get(meta["name"], meta["name"]), sub_values or {}))
-            return values, subs
-        return _tgz_member(directory_or_tgz, "values.yaml") or {}, []
+    def load(files: Mapping[str, bytes], name: str) -> Any:
+        return (yaml.load(files[name].decode()) if name in files else None) or {}
 
-    def _tgz_member(path: Path, member: str) -> Any:
-        with tarfile.open(path) as tar:
-            for info in tar.getmembers():
-                parts = info.name.split("/")
-                if len(parts) == 2 and parts[1] == member:
-                    handle = tar.extractfile(info)
-                    return yaml.load(handle.read().decode()) if handle else None
-        return None
-
-    values, subs = load(chart)
-    keys = set(walk(values, ""))
-    for name, sub_values in subs:
-        keys.add(name)
-        keys |= set(walk(sub_values, f"{name}."))
+    files = chart_files(chart)
+    aliases = {d["name"]: d.get("alias") or d["name"] for d in load(files, "Chart.yaml").get("dependencies") or []}
+    keys = set(walk(load(files, "values.yaml"), ""))
+    for sub in _subcharts(files):
+        name = load(sub, "Chart.yaml")["name"]
+        keys.add(aliases.get(name, name))
+        keys |= set(walk(load(sub, "values.yaml"), f"{aliases.get(name, name)}."))
     return keys
+
+
+def chart_files(chart: Path) -> dict[str, bytes]:
+    """A chart's files by their path in it, from its folder or its .tgz (where they are below the chart's name)."""
+    if chart.is_dir():
+        return {p.relative_to(chart).as_posix(): p.read_bytes() for p in chart.rglob("*") if p.is_file()}
+    return _tgz_files(chart.read_bytes())
+
+
+def _tgz_files(data: bytes) -> dict[str, bytes]:
+    files = {}
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for info in tar.getmembers():
+            handle = tar.extractfile(info) if info.isfile() else None
+            if handle is not None:
+                files[info.name.partition("/")[2]] = handle.read()
+    return files
+
+
+def _subcharts(files: Mapping[str, bytes]) -> list[dict[str, bytes]]:
+    """The files of each subchart in a chart's ``charts/``, a folder or a .tgz, in the order of their names."""
+    subs: dict[str, dict[str, bytes]] = {}
+    for name, data in files.items():
+        parts = name.split("/", 2)
+        if parts[0] == "charts" and len(parts) == 3:
+            subs.setdefault(parts[1], {})[parts[2]] = data
+        elif parts[0] == "charts" and len(parts) == 2 and parts[1].endswith(".tgz"):
+            subs[parts[1]] = _tgz_files(data)
+    return [subs[name] for name in sorted(subs)]

@@ -56,13 +56,31 @@ COMMENTED_KEYS = {
 }
 
 
+def pinned_chart(chart: str) -> Path:
+    """The pinned chart in CHARTS_DIR: an unpacked folder, or the .tgz helm pull writes."""
+    assert CHARTS_DIR is not None
+    return charts.find_chart(ChartRelease(chart, PINNED[chart], repository="", namespace=chart, values={}), CHARTS_DIR)
+
+
+def chart_file(chart: str, name: str) -> str:
+    """A file of the pinned chart (``name``: its path in the chart, such as ``crds/<file>``), as text."""
+    return charts.chart_files(pinned_chart(chart))[name].decode()
+
+
+def unpacked_chart(chart: str, directory: Path) -> Path:
+    """A copy of the pinned chart unpacked into ``directory/<chart>-<version>/``, for a test to change."""
+    target = directory / f"{chart}-{PINNED[chart]}"
+    for name, data in charts.chart_files(pinned_chart(chart)).items():
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        (target / name).write_bytes(data)
+    return target
+
+
 @functools.cache
 def chart_keys(chart: str) -> frozenset[str]:
     """The key paths of the pinned chart's values.yaml and its subcharts' (see charts.chart_values_keys), and the
     ones its templates read that values.yaml only documents in a comment (COMMENTED_KEYS)."""
-    assert CHARTS_DIR is not None
-    release = ChartRelease(chart, PINNED[chart], repository="", namespace=chart, values={})
-    keys = charts.chart_values_keys(charts.find_chart(release, CHARTS_DIR))
+    keys = charts.chart_values_keys(pinned_chart(chart))
     return frozenset(keys | COMMENTED_KEYS.get(chart, set()))
 
 

@@ -136,6 +136,26 @@ def test_the_files_digest_is_the_same_packed_and_unpacked_and_the_one_the_catalo
     assert charts.chart_files_digest(chart) == packed == described
 
 
+def test_a_pulled_chart_has_the_value_keys_of_its_folder_subcharts_included(tmp_path: Path):
+    """The chart tests read value keys from whichever form the charts directory has: a .tgz holds its subcharts as
+    folders (the GPU Operator vendors NFD) or as .tgz files (the device plugin packs it)."""
+    chart = _chart(tmp_path / "src")
+    (chart / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: gpu-operator\nversion: v26.7.0\n"
+        "dependencies: [{name: node-feature-discovery}, {name: packed, alias: nfd}]\n"
+    )
+    vendored = chart / "charts" / "node-feature-discovery"
+    vendored.mkdir(parents=True)
+    (vendored / "Chart.yaml").write_text("apiVersion: v2\nname: node-feature-discovery\nversion: 0.19.0\n")
+    (vendored / "values.yaml").write_text("master:\n  tolerations: []\n")
+    packed = _chart(tmp_path / "sub", values="gc:\n  enabled: true\n")
+    (packed / "Chart.yaml").write_text("apiVersion: v2\nname: packed\nversion: 1.0.0\n")
+    _tgz(packed, chart / "charts" / "packed-1.0.0.tgz")
+    keys = charts.chart_values_keys(chart)
+    assert {"driver.enabled", "node-feature-discovery.master.tolerations", "nfd.gc.enabled"} <= keys
+    assert charts.chart_values_keys(_tgz(chart, tmp_path / "gpu-operator-v26.7.0.tgz")) == keys
+
+
 def test_main_pulls_with_helm_and_keeps_only_the_pinned_chart(tmp_path: Path, pulled: Path, monkeypatch, capsys):
     """helm is a stand-in that writes the made-up chart where ``-d`` says: the pull lands in the cache under the
     pinned name, and the temporary folder is gone."""
