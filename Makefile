@@ -15,7 +15,7 @@ STARTED := $(shell date +%s)
 .PHONY: help setup test test-slow lint bench lab lab-down clean
 
 help:
-	@echo "make setup      create .venv and install gpufleet with its dev tools, a pinned helm, promtool and fence_redfish (idempotent)"
+	@echo "make setup      create .venv and install gpufleet with its dev tools, a pinned helm and its charts, promtool and fence_redfish (idempotent)"
 	@echo "make test       lint + every test (installs what it needs first)"
 	@echo "make test-slow  the long scenarios kept out of 'make test'"
 	@echo "make lint       ruff, pylint's duplicate-code check, yamllint, ansible-lint (production profile)"
@@ -25,14 +25,15 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/install_helm.py scripts/install_promtool.sh scripts/install_fence_agents.sh \
-  scripts/debian_package.sh
+$(STAMP): pyproject.toml scripts/bootstrap.sh scripts/install_helm.py scripts/fetch_charts.py gpufleet/catalog/charts.yaml \
+  scripts/install_promtool.sh scripts/install_fence_agents.sh scripts/debian_package.sh
 	@scripts/bootstrap.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "==> installing gpufleet and its tools into $(VENV) (first run downloads ~300 MB, cached in $(PIP_CACHE_DIR))"
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,lab]'
 	@$(BIN)/python scripts/install_helm.py
+	@$(BIN)/python scripts/fetch_charts.py
 	@scripts/install_promtool.sh $(BIN)
 	@scripts/install_fence_agents.sh $(BIN)
 	@touch $@

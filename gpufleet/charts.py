@@ -27,6 +27,8 @@ The scheduler's part (taints, node selectors, required node affinity) is :mod:`g
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import io
 import json
 import os
 import shutil
@@ -46,6 +48,7 @@ from gpufleet.dra import DraPlan, dra_plan
 from gpufleet.gpu_software import (
     CLUSTER_POLICY,
     CONTAINER_WORKLOAD,
+    DEVICE_PLUGIN_CHART,
     GPU_CLUSTER,
     GPU_OPERATOR_CHART,
     SANDBOX_MODE,
@@ -95,12 +98,23 @@ def pull_command(release: ChartRelease, directory: Path) -> str:
     return f"helm pull {release.chart} --repo {release.repository} --version {release.version} -d {directory}"
 
 
+def _chart_names(release: ChartRelease) -> list[str]:
+    """``<chart>-<version>`` with the version as given, without its ``v`` and with one (a chart's file or folder)."""
+    bare = release.version.removeprefix("v")
+    return list(dict.fromkeys(f"{release.chart}-{version}" for version in (release.version, bare, f"v{bare}")))
+
+
+def has_chart(release: ChartRelease, directory: Path) -> bool:
+    """Whether ``directory`` holds a ``<chart>-<version>.tgz`` or ``<chart>-<version>/`` of ``release`` (which
+    :func:`find_chart` then reads, refusing one of another version)."""
+    return any((directory / f"{name}.tgz").is_file() or (directory / name).is_dir() for name in _chart_names(release))
+
+
 def find_chart(release: ChartRelease, directory: Path) -> Path:
     """The chart of ``release`` in ``directory``: ``<chart>-<version>.tgz`` (what ``helm pull`` writes) or an unpacked
     ``<chart>-<version>/`` whose Chart.yaml has that version (the version written with or without its ``v``)."""
     bare = release.version.removeprefix("v")
-    names = dict.fromkeys((f"{release.chart}-{release.version}", f"{release.chart}-{bare}", f"{release.chart}-v{bare}"))
-    for name in names:
+    for name in _chart_names(release):
         if (directory / f"{name}.tgz").is_file():
             return directory / f"{name}.tgz"
         unpacked = directory / name
@@ -127,6 +141,70 @@ def _chart_yaml_version(path: Path) -> str | None:
         reason = exc.strerror if isinstance(exc, OSError) else "not a Chart.yaml"
         raise ChartError(f"cannot read {path}: {reason}") from None
     return str(data.get("version")) if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True)
+class PinnedChart:
+    """A chart release the example stacks pin and the tests render, with what a ``helm pull`` of it must match."""
+
+    chart: str
+    version: str  # as the repository lists it
+    repository: str  # gpufleet's default repository of the chart
+    sha256: str | None  # of the .tgz helm pull writes; None where nobody recorded it
+    files_sha256: str  # chart_files_digest of the chart
+
+    @property
+    def release(self) -> ChartRelease:
+        return ChartRelease(self.chart, self.version, repository=self.repository, namespace=self.chart, values={})
+
+
+def pinned_charts() -> tuple[PinnedChart, ...]:
+    """The pinned charts (gpufleet/catalog/charts.yaml), each from gpufleet's default repository of it."""
+    from gpufleet.catalog import read_catalog_yaml
+    from gpufleet.spec.models import DEVICE_PLUGIN_REPOSITORY, GPU_OPERATOR_REPOSITORY
+
+    repositories = {GPU_OPERATOR_CHART: GPU_OPERATOR_REPOSITORY, DEVICE_PLUGIN_CHART: DEVICE_PLUGIN_REPOSITORY}
+    entries = read_catalog_yaml("charts.yaml")["charts"]
+    return tuple(PinnedChart(repository=repositories[entry["chart"]], **entry) for entry in entries)
+
+
+def _digested(name: str) -> bool:
+    """The files of a chart that helm renders and the tests read keys from, which ``helm package`` copies unchanged
+    (not Chart.yaml, whose version a release pipeline sets, nor charts/, whose subcharts may be folders or .tgz)."""
+    return name == "values.yaml" or name.startswith(("templates/", "crds/"))
+
+
+def chart_files_digest(chart: Path) -> str:
+    """The digest of a chart's values.yaml, templates/ and crds/ (:func:`_digested`), the same for the unpacked chart
+    and its .tgz; in the unpacked chart: ``find values.yaml templates crds -type f | LC_ALL=C sort | xargs sha256sum |
+    sha256sum``."""
+    files = {name: data for name, data in chart_files(chart).items() if _digested(name)}
+    listing = "".join(f"{hashlib.sha256(files[n]).hexdigest()}  {n}\n" for n in sorted(files, key=str.encode))
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
+def pulled_chart_problem(tgz: Path, pin: PinnedChart) -> str | None:
+    """What makes a ``helm pull`` of ``pin`` not the pinned chart, in a few words (None: nothing): the .tgz's sha256
+    where one is recorded, its Chart.yaml's name and version, and its files' digest (:func:`chart_files_digest`)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        data = tgz.read_bytes()
+        if pin.sha256 is not None and (got := hashlib.sha256(data).hexdigest()) != pin.sha256:
+            return f"its sha256 is {got}, not the recorded {pin.sha256}"
+        with tarfile.open(tgz) as tar:
+            member = tar.extractfile(f"{pin.chart}/Chart.yaml")
+            meta = YAML(typ="safe").load(member.read()) if member is not None else None
+        digest = chart_files_digest(tgz)
+    except (OSError, KeyError, tarfile.TarError, YAMLError) as exc:
+        return f"it is not a chart archive of {pin.chart} ({exc})"
+    name, version = (meta.get("name"), meta.get("version")) if isinstance(meta, dict) else (None, None)
+    if name != pin.chart or str(version).removeprefix("v") != pin.version.removeprefix("v"):
+        return f"its Chart.yaml says {name} {version}, not {pin.chart} {pin.version}"
+    if digest != pin.files_sha256:
+        return f"its values.yaml, templates and crds have digest {digest}, not the recorded {pin.files_sha256}"
+    return None
 
 
 def helm_binary() -> str:
@@ -960,7 +1038,8 @@ def write(result: Render, out: Path) -> list[Path]:
 
 def chart_values_keys(chart: Path) -> set[str]:
     """Every key path of a chart's values.yaml and of its subcharts' (under their aliases), as dotted paths; an empty
-    mapping in the chart (``data: {}``) takes keys of the user's choosing and is written ``path.*``."""
+    mapping in the chart (``data: {}``) takes keys of the user's choosing and is written ``path.*``. The chart is a
+    folder or a .tgz (what ``helm pull`` writes), its subcharts folders or .tgz files in its ``charts/``."""
     from ruamel.yaml import YAML
 
     yaml = YAML(typ="safe")
@@ -972,31 +1051,43 @@ def chart_values_keys(chart: Path) -> set[str]:
             if isinstance(value, dict):
                 yield from walk(value, path + ".") if value else [path + ".*"]
 
-    def load(directory_or_tgz: Path) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
-        if directory_or_tgz.is_dir():
-            values = yaml.load((directory_or_tgz / "values.yaml").read_text()) or {}
-            chart_yaml = yaml.load((directory_or_tgz / "Chart.yaml").read_text()) or {}
-            aliases = {d["name"]: d.get("alias") or d["name"] for d in chart_yaml.get("dependencies") or []}
-            subs = []
-            for sub in sorted((directory_or_tgz / "charts").glob("*")):
-                meta = yaml.load((sub / "Chart.yaml").read_text()) if sub.is_dir() else _tgz_member(sub, "Chart.yaml")
-                sub_values = load(sub)[0] if sub.is_dir() else _tgz_member(sub, "values.yaml")
-                subs.append((aliases.get(meta["name"], meta["name"]), sub_values or {}))
-            return values, subs
-        return _tgz_member(directory_or_tgz, "values.yaml") or {}, []
+    def load(files: Mapping[str, bytes], name: str) -> Any:
+        return (yaml.load(files[name].decode()) if name in files else None) or {}
 
-    def _tgz_member(path: Path, member: str) -> Any:
-        with tarfile.open(path) as tar:
-            for info in tar.getmembers():
-                parts = info.name.split("/")
-                if len(parts) == 2 and parts[1] == member:
-                    handle = tar.extractfile(info)
-                    return yaml.load(handle.read().decode()) if handle else None
-        return None
-
-    values, subs = load(chart)
-    keys = set(walk(values, ""))
-    for name, sub_values in subs:
-        keys.add(name)
-        keys |= set(walk(sub_values, f"{name}."))
+    files = chart_files(chart)
+    aliases = {d["name"]: d.get("alias") or d["name"] for d in load(files, "Chart.yaml").get("dependencies") or []}
+    keys = set(walk(load(files, "values.yaml"), ""))
+    for sub in _subcharts(files):
+        name = load(sub, "Chart.yaml")["name"]
+        keys.add(aliases.get(name, name))
+        keys |= set(walk(load(sub, "values.yaml"), f"{aliases.get(name, name)}."))
     return keys
+
+
+def chart_files(chart: Path) -> dict[str, bytes]:
+    """A chart's files by their path in it, from its folder or its .tgz (where they are below the chart's name)."""
+    if chart.is_dir():
+        return {p.relative_to(chart).as_posix(): p.read_bytes() for p in chart.rglob("*") if p.is_file()}
+    return _tgz_files(chart.read_bytes())
+
+
+def _tgz_files(data: bytes) -> dict[str, bytes]:
+    files = {}
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for info in tar.getmembers():
+            handle = tar.extractfile(info) if info.isfile() else None
+            if handle is not None:
+                files[info.name.partition("/")[2]] = handle.read()
+    return files
+
+
+def _subcharts(files: Mapping[str, bytes]) -> list[dict[str, bytes]]:
+    """The files of each subchart in a chart's ``charts/``, a folder or a .tgz, in the order of their names."""
+    subs: dict[str, dict[str, bytes]] = {}
+    for name, data in files.items():
+        parts = name.split("/", 2)
+        if parts[0] == "charts" and len(parts) == 3:
+            subs.setdefault(parts[1], {})[parts[2]] = data
+        elif parts[0] == "charts" and len(parts) == 2 and parts[1].endswith(".tgz"):
+            subs[parts[1]] = _tgz_files(data)
+    return [subs[name] for name in sorted(subs)]

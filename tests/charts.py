@@ -1,6 +1,9 @@
-"""The pinned GPU charts for tests: ``$GPUFLEET_CHARTS_DIR``, else ``../shared/reference/charts`` beside the checkout,
-else the ``helm pull`` cache (``~/.cache/gpufleet/charts``). Tests that need them skip, with that reason, only when
-none of those exists. The values gpufleet writes may use only keys the charts' values.yaml files have."""
+"""The pinned GPU charts for tests (gpufleet/catalog/charts.yaml): from ``$GPUFLEET_CHARTS_DIR`` when it is set, else
+from ``../shared/reference/charts`` beside the checkout or the ``helm pull`` cache (``~/.cache/gpufleet/charts``,
+where ``make setup`` puts them when their repositories answer), whichever holds every one of them. Tests that need them
+are marked ``needs_charts`` and skip, with that reason, only when none does; where one does, they run (a chart there
+that is broken or of another version fails them). The values gpufleet writes may use only keys the charts'
+values.yaml files have."""
 
 from __future__ import annotations
 
@@ -22,22 +25,21 @@ from gpufleet.spec import Stack, load_stack_text
 from tests.conftest import REPO, TODAY
 
 REFERENCE_CHARTS = REPO.parent / "shared" / "reference" / "charts"
-PINNED = {"gpu-operator": "v26.7.0", "nvidia-device-plugin": "0.20.0"}  # the example stacks' pins
+PINNED = {pin.chart: pin.version for pin in charts.pinned_charts()}  # the example stacks' pins
 
 
 def _charts_dir() -> Path | None:
-    if os.environ.get(charts.CHARTS_DIR_ENV):
-        return Path(os.environ[charts.CHARTS_DIR_ENV])
-    if REFERENCE_CHARTS.is_dir():
-        return REFERENCE_CHARTS
-    cache = charts.charts_dir()
-    return cache if cache.is_dir() else None
+    """The first place that holds every pinned chart: ``$GPUFLEET_CHARTS_DIR`` alone when it is set (charts.charts_dir
+    returns it), else ``../shared/reference/charts``, then the helm pull cache."""
+    places = [charts.charts_dir()] if os.environ.get(charts.CHARTS_DIR_ENV) else [REFERENCE_CHARTS, charts.charts_dir()]
+    return next((d for d in places if all(charts.has_chart(pin.release, d) for pin in charts.pinned_charts())), None)
 
 
 CHARTS_DIR = _charts_dir()
 needs_charts = pytest.mark.skipif(
     CHARTS_DIR is None,
-    reason=f"no pinned charts: set {charts.CHARTS_DIR_ENV}, or have ../shared/reference/charts or the helm pull cache",
+    reason=f"no pinned charts ({', '.join(f'{c} {v}' for c, v in PINNED.items())}): `make setup` pulls them where their"
+    f" repositories answer; else set {charts.CHARTS_DIR_ENV} or have ../shared/reference/charts",
 )
 
 
@@ -54,13 +56,31 @@ COMMENTED_KEYS = {
 }
 
 
+def pinned_chart(chart: str) -> Path:
+    """The pinned chart in CHARTS_DIR: an unpacked folder, or the .tgz helm pull writes."""
+    assert CHARTS_DIR is not None
+    return charts.find_chart(ChartRelease(chart, PINNED[chart], repository="", namespace=chart, values={}), CHARTS_DIR)
+
+
+def chart_file(chart: str, name: str) -> str:
+    """A file of the pinned chart (``name``: its path in the chart, such as ``crds/<file>``), as text."""
+    return charts.chart_files(pinned_chart(chart))[name].decode()
+
+
+def unpacked_chart(chart: str, directory: Path) -> Path:
+    """A copy of the pinned chart unpacked into ``directory/<chart>-<version>/``, for a test to change."""
+    target = directory / f"{chart}-{PINNED[chart]}"
+    for name, data in charts.chart_files(pinned_chart(chart)).items():
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        (target / name).write_bytes(data)
+    return target
+
+
 @functools.cache
 def chart_keys(chart: str) -> frozenset[str]:
     """The key paths of the pinned chart's values.yaml and its subcharts' (see charts.chart_values_keys), and the
     ones its templates read that values.yaml only documents in a comment (COMMENTED_KEYS)."""
-    assert CHARTS_DIR is not None
-    release = ChartRelease(chart, PINNED[chart], repository="", namespace=chart, values={})
-    keys = charts.chart_values_keys(charts.find_chart(release, CHARTS_DIR))
+    keys = charts.chart_values_keys(pinned_chart(chart))
     return frozenset(keys | COMMENTED_KEYS.get(chart, set()))
 
 

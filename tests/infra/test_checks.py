@@ -13,6 +13,7 @@ import pytest
 from gpufleet.baseline import RULE_NAMES
 from gpufleet.catalog import load_catalog
 from gpufleet.spec import load_stack
+from tests.charts import needs_charts
 from tests.conftest import REPO
 from tests.infra import checks
 from tests.infra.harness import Registered, run_program
@@ -117,6 +118,7 @@ def test_driver_ownership_check(eastus):
     assert "no GPU Operator" in checks.driver_problems(bad)[0]
 
 
+@needs_charts
 def test_helm_key_check(eastus):
     bad = broken(eastus, checks.RELEASE, 0, lambda i: i["values"]["migManager"].update(withReboot=True))
     assert checks.helm_key_problems(bad) == ["chart gpu-operator has no value migManager.withReboot"]

@@ -10,6 +10,7 @@ import pytest
 
 from gpufleet.labels import DRA_OPERAND_LABELS
 from gpufleet.spec import load_stack
+from tests.charts import needs_charts
 from tests.conftest import REPO
 from tests.infra import checks
 from tests.infra.harness import Run, run_program
@@ -43,9 +44,13 @@ def test_the_dra_cluster_passes_every_check_the_example_stacks_pass(run):
     assert checks.spot_problems(resources) == []
     assert checks.taint_label_problems(resources, stack) == []
     assert checks.driver_problems(resources) == []
-    assert checks.helm_key_problems(resources) == []
     assert checks.kubernetes_object_problems(resources) == []
     assert checks.release_problems(resources, stack) == []
+
+
+@needs_charts
+def test_the_dra_clusters_helm_values_use_only_the_charts_keys(run):
+    assert checks.helm_key_problems(run.recorder.resources) == []
 
 
 def test_the_aks_mig_pool_keeps_its_gpu_instance_profile_and_no_device_plugin_label(run):

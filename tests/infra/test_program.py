@@ -16,6 +16,7 @@ from gpufleet.spec import load_stack, stack_files
 from gpufleet.spec.load import stack_name_from_file
 from gpufleet.spec.models import Stack
 from infra.program import InvalidStack
+from tests.charts import needs_charts
 from tests.conftest import REPO
 from tests.infra import checks
 from tests.infra.harness import KUBECONFIG, NAT_IP, Recorder, Run, run_program
@@ -78,6 +79,7 @@ def test_driver_ownership_agrees_between_pools_and_helm_values(example):
     assert checks.driver_problems(example[1].recorder.resources) == []
 
 
+@needs_charts
 def test_helm_values_use_only_the_charts_keys(example):
     assert checks.helm_key_problems(example[1].recorder.resources) == []
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import tarfile
 
 import pytest
 import yaml
@@ -14,9 +13,8 @@ from typer.testing import CliRunner
 from gpufleet.catalog import load_catalog
 from gpufleet.catalog.releases import ReleaseTable, kube_at_least, load_releases
 from gpufleet.cli import app
-from gpufleet.gpu_software import ChartRelease
 from gpufleet.spec.rules import Context, kubernetes_choices
-from tests.charts import CHARTS_DIR, needs_charts
+from tests.charts import chart_file, needs_charts
 from tests.conftest import TODAY
 
 TABLE = load_releases()
@@ -67,23 +65,10 @@ def test_the_table_refuses_data_that_does_not_hold_together(edit, complaint: str
         ReleaseTable.model_validate(raw)
 
 
-def _chart_file(chart: str, version: str, name: str) -> str:
-    from gpufleet.charts import find_chart
-
-    assert CHARTS_DIR is not None
-    path = find_chart(ChartRelease(chart, version, repository="", namespace=chart, values={}), CHARTS_DIR)
-    if path.is_dir():
-        return (path / name).read_text(encoding="utf-8")
-    with tarfile.open(path) as archive:
-        member = archive.extractfile(f"{chart}/{name}")
-        assert member is not None
-        return member.read().decode()
-
-
 @needs_charts
 def test_the_operators_row_is_what_its_pinned_chart_ships():
-    values = yaml.safe_load(_chart_file("gpu-operator", "v26.7.0", "values.yaml"))
-    lock = yaml.safe_load(_chart_file("gpu-operator", "v26.7.0", "Chart.lock"))
+    values = yaml.safe_load(chart_file("gpu-operator", "values.yaml"))
+    lock = yaml.safe_load(chart_file("gpu-operator", "Chart.lock"))
     shipped = OPERATOR.components
     assert values["devicePlugin"]["version"] == shipped.device_plugin
     assert values["toolkit"]["version"] == shipped.container_toolkit
@@ -101,7 +86,7 @@ def test_the_operators_row_is_what_its_pinned_chart_ships():
 
 @needs_charts
 def test_the_device_plugin_row_is_its_pinned_chart():
-    chart = yaml.safe_load(_chart_file("nvidia-device-plugin", "0.20.0", "Chart.yaml"))
+    chart = yaml.safe_load(chart_file("nvidia-device-plugin", "Chart.yaml"))
     (plugin,) = TABLE.device_plugin
     assert "v" + chart["version"] == plugin.version
     assert chart["kubeVersion"] == f">= {plugin.min_kubernetes}.0-0"

@@ -5,7 +5,6 @@ every Kubernetes version from 1.34, a ComputeDomain where NVLink spans nodes, an
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -16,7 +15,7 @@ from gpufleet import dra
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack, load_stack_text
 from gpufleet.spec.types import LABEL_KEY_RE
-from tests.charts import CHARTS_DIR, crd_errors, crd_validator, needs_charts
+from tests.charts import chart_file, crd_errors, crd_validator, needs_charts
 from tests.conftest import REPO, TODAY
 from tests.stacks import release_block
 
@@ -200,9 +199,7 @@ def test_every_template_names_a_device_class_the_gpu_cluster_installs(example):
 
 @needs_charts
 def test_the_compute_domain_example_passes_the_charts_crd(example):
-    crd = yaml.safe_load(
-        (Path(CHARTS_DIR) / "gpu-operator-v26.7.0" / "crds" / "resource.nvidia.com_computedomains.yaml").read_text()
-    )
+    crd = yaml.safe_load(chart_file("gpu-operator", "crds/resource.nvidia.com_computedomains.yaml"))
     version = next(v for v in crd["spec"]["versions"] if v["storage"])
     validator = crd_validator(version["schema"]["openAPIV3Schema"])
     (domain,) = [o for o in example.objects() if o["kind"] == "ComputeDomain"]

@@ -7,7 +7,6 @@ import copy
 import dataclasses
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,16 @@ from gpufleet.gpu_software import DEVICE_PLUGIN_CHART, DEVICE_PLUGIN_CONFIGMAP, 
 from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG
 from gpufleet.plan import plan_stack
 from gpufleet.spec import load_stack
-from tests.charts import CHARTS_DIR, chart_keys, closed_schema, needs_charts, render_stack, render_variant, unknown_keys
+from tests.charts import (
+    CHARTS_DIR,
+    chart_keys,
+    closed_schema,
+    needs_charts,
+    render_stack,
+    render_variant,
+    unknown_keys,
+    unpacked_chart,
+)
 from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY, cli
 
 pytestmark = needs_charts
@@ -478,8 +486,7 @@ def test_a_missing_charts_directory_is_one_line_exit_1(tmp_path):
 
 def test_helm_failing_is_one_line_exit_1_and_nothing_written(tmp_path):
     broken = tmp_path / "charts"
-    shutil.copytree(CHARTS_DIR / "gpu-operator-v26.7.0", broken / "gpu-operator-v26.7.0")
-    (broken / "gpu-operator-v26.7.0/templates/broken.yaml").write_text("{{ .Values.nope.deeper }}\n")
+    (unpacked_chart("gpu-operator", broken) / "templates/broken.yaml").write_text("{{ .Values.nope.deeper }}\n")
     out = tmp_path / "out"
     proc = gpufleet("prod-eastus", "-o", str(out), env={charts.CHARTS_DIR_ENV: str(broken)})
     assert proc.returncode == 1
