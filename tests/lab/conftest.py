@@ -115,46 +115,36 @@ def lab_step(name: str) -> Iterator[None]:
         _clock.shared(name, time.monotonic() - started, ok)
 
 
-@pytest.fixture(scope="class")
-def lab_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """Two fresh lab hosts (prefix `test`), their inventory, torn down afterwards."""
+def _fresh_lab(tmp_path: Path, prefix: str, count: int, kind: str, step: str) -> Iterator[dict]:
+    """A fresh lab (``count`` hosts of ``kind``), its inventory, removed afterwards; its start timed as ``step``."""
     from gpufleet.lab import Lab, LabError
 
     require_virtualization()
     lines: list[str] = []
-    lab = Lab("test", 2, progress=lambda m: (lines.append(m), print(m, flush=True)))
-    inventory = tmp_path_factory.mktemp("lab") / "hosts.yml"
+    lab = Lab(prefix, count, progress=lambda m: (lines.append(m), print(m, flush=True)), kind=kind)
+    inventory = tmp_path / "hosts.yml"
     try:
-        with lab_step("hosts boot"):
+        with lab_step(step):
             result = lab.up(inventory=inventory, fresh=True)
     except LabError as exc:
         lab.down()
-        pytest.fail(f"the lab did not come up: {exc}", pytrace=False)
+        pytest.fail(f"the lab ({kind} hosts) did not come up: {exc}", pytrace=False)
     try:
         yield {"lab": lab, "result": result, "inventory": inventory, "log": lines}
     finally:
         lab.down()
+
+
+@pytest.fixture(scope="class")
+def lab_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """Two fresh lab VMs (prefix `test`), their inventory, torn down afterwards."""
+    yield from _fresh_lab(tmp_path_factory.mktemp("lab"), "test", 2, "vm", "hosts boot")
 
 
 @pytest.fixture(scope="class")
 def container_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """One fresh system container (prefix `ctest`, gpufleet/lab/container.py), its inventory, removed afterwards."""
-    from gpufleet.lab import Lab, LabError
-
-    require_virtualization()
-    lines: list[str] = []
-    lab = Lab("ctest", 1, progress=lambda m: (lines.append(m), print(m, flush=True)), kind="container")
-    inventory = tmp_path_factory.mktemp("containers") / "hosts.yml"
-    try:
-        with lab_step("container boot"):
-            result = lab.up(inventory=inventory, fresh=True)
-    except LabError as exc:
-        lab.down()
-        pytest.fail(f"the lab's system container did not come up: {exc}", pytrace=False)
-    try:
-        yield {"lab": lab, "result": result, "inventory": inventory, "log": lines}
-    finally:
-        lab.down()
+    yield from _fresh_lab(tmp_path_factory.mktemp("containers"), "ctest", 1, "container", "container boot")
 
 
 @pytest.hookimpl(hookwrapper=True)
