@@ -15,7 +15,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -115,8 +115,9 @@ def lab_step(name: str) -> Iterator[None]:
         _clock.shared(name, time.monotonic() - started, ok)
 
 
-def _fresh_lab(tmp_path: Path, prefix: str, count: int, kind: str, step: str) -> Iterator[dict]:
-    """A fresh lab (``count`` hosts of ``kind``), its inventory, removed afterwards; its start timed as ``step``."""
+def _fresh_lab(tmp_path: Path, prefix: str, count: int, kind: str, step: AbstractContextManager) -> Iterator[dict]:
+    """A fresh lab (``count`` hosts of ``kind``), its inventory, removed afterwards; its start timed by ``step``
+    (a ``lab_step(NAME)``, named where the fixture is: the budget test reads the names there)."""
     from gpufleet.lab import Lab, LabError
 
     require_virtualization()
@@ -124,7 +125,7 @@ def _fresh_lab(tmp_path: Path, prefix: str, count: int, kind: str, step: str) ->
     lab = Lab(prefix, count, progress=lambda m: (lines.append(m), print(m, flush=True)), kind=kind)
     inventory = tmp_path / "hosts.yml"
     try:
-        with lab_step(step):
+        with step:
             result = lab.up(inventory=inventory, fresh=True)
     except LabError as exc:
         lab.down()
@@ -138,13 +139,13 @@ def _fresh_lab(tmp_path: Path, prefix: str, count: int, kind: str, step: str) ->
 @pytest.fixture(scope="class")
 def lab_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """Two fresh lab VMs (prefix `test`), their inventory, torn down afterwards."""
-    yield from _fresh_lab(tmp_path_factory.mktemp("lab"), "test", 2, "vm", "hosts boot")
+    yield from _fresh_lab(tmp_path_factory.mktemp("lab"), "test", 2, "vm", lab_step("hosts boot"))
 
 
 @pytest.fixture(scope="class")
 def container_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """One fresh system container (prefix `ctest`, gpufleet/lab/container.py), its inventory, removed afterwards."""
-    yield from _fresh_lab(tmp_path_factory.mktemp("containers"), "ctest", 1, "container", "container boot")
+    yield from _fresh_lab(tmp_path_factory.mktemp("containers"), "ctest", 1, "container", lab_step("container boot"))
 
 
 @pytest.hookimpl(hookwrapper=True)

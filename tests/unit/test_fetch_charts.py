@@ -130,8 +130,16 @@ def test_the_files_digest_is_the_same_packed_and_unpacked_and_the_one_the_catalo
     """gpufleet/catalog/charts.yaml records digests computed from unpacked charts; a pull is a .tgz."""
     chart = _chart(tmp_path)
     shell = "find values.yaml templates crds -type f | LC_ALL=C sort | xargs sha256sum | sha256sum"
-    run = {"capture_output": True, "text": True, "check": True, "stdin": subprocess.DEVNULL, "timeout": 30}
-    described = subprocess.run(["bash", "-c", shell], cwd=chart, **run).stdout.split()[0]
+    proc = subprocess.run(
+        ["bash", "-c", shell],
+        cwd=chart,
+        capture_output=True,
+        text=True,
+        check=True,
+        stdin=subprocess.DEVNULL,
+        timeout=30,
+    )
+    described = proc.stdout.split()[0]
     packed = charts.chart_files_digest(_tgz(chart, tmp_path / "chart.tgz"))
     assert charts.chart_files_digest(chart) == packed == described
 
