@@ -128,14 +128,10 @@ class Lab:
             )
         if self.kind == container.KIND:
             result = self._up_containers(fresh)
-            if inventory is not None:
-                write_inventory(inventory, result.hosts, result)
-                self.progress(f"inventory written: {inventory}")
-            result.total_seconds = time.monotonic() - started
-            return result
-        with lab_lock(self.progress):  # shared resources; released while the hosts boot
-            result, power_on_at = self._start(fresh)
-        result.boot_seconds = self._wait_ssh(result.hosts, power_on_at)
+        else:
+            with lab_lock(self.progress):  # shared resources; released while the hosts boot
+                result, power_on_at = self._start(fresh)
+            result.boot_seconds = self._wait_ssh(result.hosts, power_on_at)
         if inventory is not None:
             write_inventory(inventory, result.hosts, result)
             self.progress(f"inventory written: {inventory}")

@@ -11,7 +11,6 @@ from tests.conftest import REPO
 
 ROLES = sorted(p.parent.parent.parent.name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
 SLOW_MARK = "# gpufleet: slow"  # in a scenario's converge.yml: it runs in `make test-slow` only
-CONTAINER_MARK = "# gpufleet: container"  # ... its host is a system container (file, unit and package effects only)
 # nvidia_driver under software emulation: DKMS conftests ~35 min, compiling the open modules ~45 min, two
 # update-initramfs runs ~10 min each, then the re-converge and verify.
 SLOW_LIMIT_S = 3 * 3600
@@ -19,11 +18,6 @@ SLOW_LIMIT_S = 3 * 3600
 
 def slow(role: str) -> bool:
     return SLOW_MARK in (REPO / "roles" / role / "molecule/default/converge.yml").read_text()
-
-
-def container(role: str) -> bool:
-    """The scenario runs on a system container, not a VM (tests/molecule/create.yml reads the same line)."""
-    return CONTAINER_MARK in (REPO / "roles" / role / "molecule/default/converge.yml").read_text().splitlines()
 
 
 def may_reboot(role: str) -> bool:
