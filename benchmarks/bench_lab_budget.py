@@ -10,19 +10,16 @@ from benchmarks.common import REPO, Figure
 
 
 def run() -> list[Figure]:
-    from gpufleet.lab.budget import BUDGET_FILE, RECORD_NAME, TOTAL, LabRun, compare, load_budget, read_run
+    from gpufleet.lab.budget import TOTAL, last_report
 
-    path = REPO / "build" / "timings" / f"{RECORD_NAME}.json"
-    budget = load_budget(REPO / BUDGET_FILE, BUDGET_FILE)
-    run = read_run(path)
-    report = compare(budget, run or LabRun({}, None, "not run"))
-    when = f"recorded {run.recorded} on {run.machine}, {run.outcome}" if run else "none recorded yet"
-    print(f"   the lab's budget ({BUDGET_FILE}); last lab run: {when}")
+    last = last_report(REPO)
+    report = last.report
+    print(f"   {last.heading}")
     print(report.table())
     print(f"   {report.summary()}")
     figures = [
         Figure(f"lab step: {row.step}", row.seconds, "s", row.budget) for row in report.rows if row.seconds is not None
     ]
     if report.total.seconds is not None:
-        figures.append(Figure(f"lab session, wall time ({TOTAL})", report.total.seconds, "s", budget.total))
+        figures.append(Figure(f"lab session, wall time ({TOTAL})", report.total.seconds, "s", report.budget.total))
     return figures

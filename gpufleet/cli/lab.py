@@ -258,13 +258,10 @@ def lab_budget(
     vary with the machine's load; `make bench` counts them as missed targets); 1 when the table or the record is
     malformed."""
     from gpufleet.diagnostics import ValidationFailed
-    from gpufleet.lab.budget import BUDGET_FILE, RECORD_NAME, LabRun, compare, load_budget, read_run
+    from gpufleet.lab.budget import last_report
 
-    project = project_root(root)
-    path = record or project / "build" / "timings" / f"{RECORD_NAME}.json"
     try:
-        budget = load_budget(project / BUDGET_FILE, BUDGET_FILE)
-        run = read_run(path)
+        last = last_report(project_root(root), record)
     except ValidationFailed as exc:
         if as_json:
             emit_json({"ok": False, "errors": [d.to_dict() for d in exc.diagnostics]})
@@ -272,12 +269,11 @@ def lab_budget(
             err.print("[red]the lab's budget cannot be read:[/red]")
             print_diagnostics(err, exc.diagnostics, "  ")
         raise typer.Exit(EXIT_INVALID) from None
-    report = compare(budget, run or LabRun({}, None, "not run"))
+    report = last.report
     if as_json:
-        emit_json({"ok": True, "record": str(path) if run else None, **report.to_dict()})
+        emit_json({"ok": True, "record": str(last.record) if last.record else None, **report.to_dict()})
         return
-    when = f"recorded {run.recorded} on {run.machine}, {run.outcome}" if run else f"none recorded in {path}"
-    out.print(f"the lab's budget ({budget.file}); last lab run: {printable(when)}", markup=False, highlight=False)
+    out.print(printable(last.heading), markup=False, highlight=False)
     out.print(printable(report.table()), markup=False, highlight=False)
     style = "bold red" if report.over else ""
     out.print(printable(report.summary()), style=style or None, markup=False, highlight=False)

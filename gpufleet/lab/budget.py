@@ -193,7 +193,11 @@ class BudgetReport:
     total: Row
     run: LabRun
     budget: Budget
-    steps_sum: float = 0.0
+
+    @property
+    def steps_sum(self) -> float:
+        """The steps' seconds added up (more than the wall time where scenarios overlap other steps)."""
+        return sum(t.seconds for t in self.run.steps.values())
 
     @property
     def over(self) -> list[str]:
@@ -253,7 +257,31 @@ def compare(budget: Budget, run: LabRun) -> BudgetReport:
         rows.append(Row(step, ran.seconds if ran else None, seconds, ran.outcome if ran else None))
     rows += [Row(step, t.seconds, None, t.outcome) for step, t in run.steps.items() if step not in budget.steps]
     total = Row(TOTAL, run.wall_seconds, budget.total, run.outcome if run.steps else None)
-    return BudgetReport(rows, total, run, budget, sum(t.seconds for t in run.steps.values()))
+    return BudgetReport(rows, total, run, budget)
+
+
+@dataclass(frozen=True)
+class LastRun:
+    """The budget against the last recorded lab run: the report, a line saying which run it is, and the record's
+    path (None when none was recorded)."""
+
+    report: BudgetReport
+    heading: str
+    record: Path | None
+
+
+def last_report(project: Path, record: Path | None = None) -> LastRun:
+    """The project's budget against the lab run recorded in ``record`` (by default the last one,
+    build/timings/make-test-lab.json). :class:`ValidationFailed` when the table or the record is malformed."""
+    path = record or project / "build" / "timings" / f"{RECORD_NAME}.json"
+    budget = load_budget(project / BUDGET_FILE, BUDGET_FILE)
+    run = read_run(path)
+    when = f"recorded {run.recorded} on {run.machine}, {run.outcome}" if run else f"none recorded in {path}"
+    return LastRun(
+        compare(budget, run or LabRun({}, None, "not run")),
+        f"the lab's budget ({budget.file}); last lab run: {when}",
+        path if run else None,
+    )
 
 
 @dataclass
