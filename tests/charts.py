@@ -19,20 +19,21 @@ from jsonschema import Draft202012Validator
 from ruamel.yaml import YAML
 
 from gpufleet import charts
-from gpufleet.gpu_software import GPU_OPERATOR_CHART, ChartRelease
+from gpufleet.gpu_software import GPU_OPERATOR_CHART
 from gpufleet.plan import plan_stack
 from gpufleet.spec import Stack, load_stack_text
 from tests.conftest import REPO, TODAY
 
 REFERENCE_CHARTS = REPO.parent / "shared" / "reference" / "charts"
-PINNED = {pin.chart: pin.version for pin in charts.pinned_charts()}  # the example stacks' pins
+PINS = {pin.chart: pin for pin in charts.pinned_charts()}  # the example stacks' pins (gpufleet/catalog/charts.yaml)
+PINNED = {chart: pin.version for chart, pin in PINS.items()}
 
 
 def _charts_dir() -> Path | None:
     """The first place that holds every pinned chart: ``$GPUFLEET_CHARTS_DIR`` alone when it is set (charts.charts_dir
     returns it), else ``../shared/reference/charts``, then the helm pull cache."""
     places = [charts.charts_dir()] if os.environ.get(charts.CHARTS_DIR_ENV) else [REFERENCE_CHARTS, charts.charts_dir()]
-    return next((d for d in places if all(charts.has_chart(pin.release, d) for pin in charts.pinned_charts())), None)
+    return next((d for d in places if all(charts.has_chart(pin.release, d) for pin in PINS.values())), None)
 
 
 CHARTS_DIR = _charts_dir()
@@ -59,7 +60,7 @@ COMMENTED_KEYS = {
 def pinned_chart(chart: str) -> Path:
     """The pinned chart in CHARTS_DIR: an unpacked folder, or the .tgz helm pull writes."""
     assert CHARTS_DIR is not None
-    return charts.find_chart(ChartRelease(chart, PINNED[chart], repository="", namespace=chart, values={}), CHARTS_DIR)
+    return charts.find_chart(PINS[chart].release, CHARTS_DIR)
 
 
 def chart_file(chart: str, name: str) -> str:
