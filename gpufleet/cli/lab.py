@@ -98,7 +98,8 @@ def lab_up(
     root: RootOpt = None,
 ) -> None:
     """Build the image (cached), start libvirt and the Redfish emulator, power the hosts on through Redfish, wait
-    for SSH and write inventories/lab-local/hosts.yml. Idempotent: running hosts are kept."""
+    for SSH and write inventories/lab-local/hosts.yml. New VMs start from the booted snapshot (one VM booted once
+    and saved, kept with the image; see docs/lab.md) in seconds. Idempotent: running hosts are kept."""
     from gpufleet.lab import LabError
 
     inventory = inventory or _lab_inventory(project_root(root))
@@ -118,6 +119,8 @@ def lab_up(
                 "image_built": result.image_built,
                 "image_seconds": round(result.image_seconds, 1),
                 "boot_seconds": {k: round(v, 1) for k, v in result.boot_seconds.items()},
+                "restored": result.restored,
+                "snapshot_seconds": round(result.snapshot_seconds, 1),
                 "seconds": round(result.total_seconds, 1),
             }
         )

@@ -18,11 +18,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpufleet.lab import container, redfish, resetd, ssh, virt
+from gpufleet.lab import container, redfish, resetd, snapshot, ssh, virt
 from gpufleet.lab import image as image_mod
 from gpufleet.lab.accel import Accel, detect
 from gpufleet.lab.config import SSH_PORT_BASE, host_uuid, lab_dir, lab_lock
@@ -59,6 +60,8 @@ class UpResult:
     image_built: bool
     image_seconds: float
     boot_seconds: dict[str, float] = field(default_factory=dict)
+    restored: list[str] = field(default_factory=list)  # hosts started from the booted snapshot (snapshot.py)
+    snapshot_seconds: float = 0.0  # making the booted snapshot, when this `up` made it
     total_seconds: float = 0.0
 
 
@@ -113,8 +116,7 @@ class Lab:
                     port += 1
                 p = port
                 taken.add(p)
-            d = lab_dir() / "hosts" / name
-            hosts.append(virt.LabHost(name, host_uuid(name), p, d / "disk.qcow2", d / "nvme-ns.img", d / "serial.log"))
+            hosts.append(replace(_host_named(name), ssh_port=p))
         return hosts
 
     # -- up ------------------------------------------------------------------------------------------------
@@ -132,6 +134,8 @@ class Lab:
             with lab_lock(self.progress):  # shared resources; released while the hosts boot
                 result, power_on_at = self._start(fresh)
             result.boot_seconds = self._wait_ssh(result.hosts, power_on_at)
+            with ThreadPoolExecutor() as pool:  # each restored host at once: a few seconds of guest work each
+                list(pool.map(self._adopt, [h for h in result.hosts if h.name in result.restored]))
         if inventory is not None:
             write_inventory(inventory, result.hosts, result)
             self.progress(f"inventory written: {inventory}")
@@ -161,16 +165,17 @@ class Lab:
         hosts = self.hosts()
         if fresh:
             self._remove_hosts(hosts, backend)
-        for host in hosts:
-            self._prepare(host, image.path)
-        self._save(hosts=[asdict(h) | {"disk": str(h.disk), "namespace": str(h.namespace),
-                                        "serial_log": str(h.serial_log)} for h in hosts],
+        booted = self._booted_snapshot(image, accel) if backend == "libvirt" else None
+        restored = [h.name for h in hosts if self._prepare(h, image.path, booted)]
+        self._save(hosts=[asdict(h) | {"disk": str(h.disk), "serial_log": str(h.serial_log)} for h in hosts],
                    backend=backend)  # fmt: skip
-        result = UpResult(accel, backend, None, reason, hosts, image.built_now, image.seconds)
+        result = UpResult(accel, backend, None, reason, hosts, image.built_now, image.seconds, restored=restored,
+                          snapshot_seconds=booted.seconds if booted else 0.0)  # fmt: skip
         power_on_at: dict[str, float] = {}
         if backend == "libvirt":
             for host in hosts:
-                virt.define(host, accel)  # a running domain takes a changed definition at its next start
+                # a running domain takes a changed definition at its next start
+                virt.define(host, accel, boot="restore" if host.name in restored else "cold")
             try:
                 client = redfish.ensure_emulator([h.uuid for h in self._all_lab_hosts()], say)
                 result.redfish = client.creds.url
@@ -183,9 +188,13 @@ class Lab:
                 raise LabError(str(exc)) from None
             for host in hosts:
                 if client.power_state(host.uuid) != "On":
-                    say(f"{host.name}: power On through Redfish ({client.creds.url}/redfish/v1/Systems/{host.uuid})")
+                    say(f"{host.name}: power On through Redfish ({client.creds.url}/redfish/v1/Systems/{host.uuid})"
+                        + (", from the booted snapshot" if host.name in restored else ""))  # fmt: skip
                     client.reset(host.uuid, "On")
                     power_on_at[host.name] = time.monotonic()
+                if host.name in restored:  # its next start is a cold boot; it gets its NVMe controller now
+                    virt.define(host, accel, boot="cold")
+                    virt.hotplug_nvme(host)
         else:
             for host in hosts:
                 if virt.qemu_pid(host) is None:
@@ -232,17 +241,42 @@ class Lab:
                 pass
         return [h if isinstance(h, virt.LabHost) else _host_from(h) for h in hosts.values()]
 
-    def _prepare(self, host: virt.LabHost, base: Path) -> None:
+    def _booted_snapshot(self, image: image_mod.Image, accel: Accel) -> snapshot.Booted | None:
+        """The booted snapshot new hosts start from (made now if there is none), or None, said, when it cannot be
+        made: the hosts then boot from the image."""
+        return _booted_snapshot(image, accel, self.progress)
+
+    def _prepare(self, host: virt.LabHost, base: Path, booted: snapshot.Booted | None) -> bool:
+        """Give a new host its disk: a copy of the booted snapshot's (returns True: it starts from that state), or
+        an overlay of the image (it boots)."""
         host.disk.parent.mkdir(parents=True, exist_ok=True)
-        if not host.disk.exists():
-            subprocess.run(
-                ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(base), "-F", "qcow2", str(host.disk)],
-                check=True,
-                stdin=subprocess.DEVNULL,
-            )
-        if not host.namespace.exists():
-            with host.namespace.open("wb") as f:
-                f.truncate(64 * 1024**2)
+        if host.disk.exists():
+            return False
+        if booted is not None:
+            partial = host.disk.with_suffix(".partial")
+            shutil.copyfile(booted.disk, partial)
+            partial.rename(host.disk)
+            return True
+        subprocess.run(
+            ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(base), "-F", "qcow2", str(host.disk)],
+            check=True,
+            stdin=subprocess.DEVNULL,
+        )
+        return False
+
+    def _adopt(self, host: virt.LabHost) -> None:
+        """A host restored from the booted snapshot takes its own identity (snapshot.identity_script) and waits
+        for its hot-plugged NVMe controller to be bound to its driver."""
+        key = image_mod.ssh_key()
+        script = snapshot.identity_script(host.name, time.time())
+        script += "; for i in $(seq 1 60); do ls /sys/bus/pci/drivers/nvme | grep -q : && exit 0; sleep 0.5; done; "
+        script += "echo 'the hot-plugged NVMe controller has no driver after 30 s' >&2; exit 1"
+        # a host just restored runs slowly for a while (under emulation its code is translated afresh): its sshd
+        # took over 5 s to send its banner to the first command after SSH answered (4 VMs on 2 cores, 2026-11-28)
+        done = ssh.run(key, host.ssh_port, script, timeout=180, connect_timeout=60)
+        if done.returncode:
+            raise LabError(f"{host.name}: taking its identity after the restore failed: {done.stderr.strip()}")
+        self.progress(f"{host.name}: restored from the booted snapshot, renamed, its NVMe controller plugged in")
 
     def _wait_ssh(self, hosts: list[virt.LabHost], power_on_at: dict[str, float]) -> dict[str, float]:
         key = image_mod.ssh_key()
@@ -383,6 +417,39 @@ class Lab:
         return out
 
 
+def _booted_snapshot(image: image_mod.Image, accel: Accel, progress: Progress) -> snapshot.Booted | None:
+    """snapshot.ensure with a free port for the template; None, said, when the snapshot cannot be made."""
+    taken: set[int] = set()
+    for path in lab_dir().glob("lab-*.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            taken |= {h["ssh_port"] for h in json.loads(path.read_text()).get("hosts", [])}
+    port = next(p for p in range(SSH_PORT_BASE + 200, SSH_PORT_BASE + 400) if p not in taken and _port_free(p))
+    try:
+        return snapshot.ensure(image.path, image.recipe, accel, image_mod.ssh_key(), port, progress)
+    except (snapshot.SnapshotError, virt.LibvirtUnavailable, subprocess.SubprocessError, OSError) as exc:
+        progress(f"warning: no booted snapshot ({exc}); the hosts boot from the image")
+        return None
+
+
+def ensure_booted_snapshot(progress: Progress = print) -> snapshot.Booted | None:
+    """The image and the booted snapshot every new VM of the lab starts from, made now where missing (the lab
+    session makes it once, before its labs come up); None where the VMs cannot use one (no libvirt)."""
+    with lab_lock(progress):
+        try:
+            image = image_mod.ensure_image(progress)
+        except image_mod.ImageError as exc:
+            raise LabError(str(exc)) from None
+        accel = detect(image.kernel)
+        try:
+            if os.environ.get("GPUFLEET_LAB_BACKEND") == "qemu":
+                return None
+            virt.ensure_libvirt(progress)
+        except virt.LibvirtUnavailable as exc:
+            progress(f"no booted snapshot: libvirt is unavailable ({exc})")
+            return None
+        return _booted_snapshot(image, accel, progress)
+
+
 def _vm_lab_alive(path: Path, progress: Progress) -> bool:
     """Whether the VM lab of state file ``path`` still has a host (its domain defined in libvirt, or its QEMU
     running). A state file none of whose hosts exists is stale (its lab was killed, its hosts removed since): it is
@@ -391,8 +458,10 @@ def _vm_lab_alive(path: Path, progress: Progress) -> bool:
         state = json.loads(path.read_text())
         if state.get("kind", "vm") != "vm":
             return False
-        hosts = [_host_from(h) for h in state.get("hosts", [])]
-    except (OSError, ValueError, KeyError):
+        # by name only: where a host's files are follows from it, so a state file written by another version of
+        # the lab (other keys) still finds its hosts, instead of being taken for stale while its VMs run
+        hosts = [_host_named(h["name"]) for h in state.get("hosts", [])]
+    except (OSError, ValueError, KeyError, TypeError):
         hosts, state = [], {}
     if state.get("backend", "libvirt") == "libvirt" and _libvirt_answers():
         alive = any(virt.domain_state(h) != "undefined" for h in hosts)
@@ -404,13 +473,17 @@ def _vm_lab_alive(path: Path, progress: Progress) -> bool:
     return alive
 
 
+def _host_named(name: str) -> virt.LabHost:
+    folder = lab_dir() / "hosts" / name
+    return virt.LabHost(name, host_uuid(name), 0, folder / "disk.qcow2", folder / "serial.log")
+
+
 def _host_from(data: dict[str, Any]) -> virt.LabHost:
     return virt.LabHost(
         data["name"],
         data["uuid"],
         data["ssh_port"],
         Path(data["disk"]),
-        Path(data["namespace"]),
         Path(data["serial_log"]),
     )
 

@@ -73,9 +73,13 @@ def run_main_job(
         phases.append(Phase("setup (make setup)", setup_seconds))
     up = lab.up(inventory=inventory, fresh=fresh)
     phases.append(Phase("image", up.image_seconds, "built" if up.image_built else "cached"))
+    if up.snapshot_seconds:
+        phases.append(Phase("booted snapshot", up.snapshot_seconds, "the template VM's one boot and save"))
     boot = max(up.boot_seconds.values(), default=0.0)
-    phases.append(Phase("boot to SSH", boot, f"{len(up.hosts)} hosts side by side" if boot else "already running"))
-    phases.append(Phase("lab up, other", max(0.0, up.total_seconds - up.image_seconds - boot), "libvirt, Redfish"))
+    how = "restored from the booted snapshot" if up.restored else "side by side"
+    phases.append(Phase("boot to SSH", boot, f"{len(up.hosts)} hosts {how}" if boot else "already running"))
+    other = up.total_seconds - up.image_seconds - up.snapshot_seconds - boot
+    phases.append(Phase("lab up, other", max(0.0, other), "libvirt, Redfish" + (", identities" if up.restored else "")))
     converge = run_playbook(project / "ansible/site.yml", inventory, {"gpufleet_stack": LAB_STACK}, progress=progress)
     reboot = converge.seconds_of("reboot", changed_only=True)  # the reboot handler, when a host rebooted
     changed = {host: counts.get("changed", 0) for host, counts in converge.recap.items()}

@@ -9,17 +9,21 @@ from pathlib import Path
 
 OPTIONS = [
     "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-    "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+    "-o", "BatchMode=yes",
 ]  # fmt: skip
 
 
-def command(key: Path, port: int, remote: str) -> list[str]:
-    return ["ssh", *OPTIONS, "-i", str(key), "-p", str(port), "root@127.0.0.1", remote]
+def command(key: Path, port: int, remote: str, connect_timeout: int = 5) -> list[str]:
+    """ssh to a lab host; ``connect_timeout`` covers the TCP connect and the banner exchange (5 s: a poll's)."""
+    return ["ssh", *OPTIONS, "-o", f"ConnectTimeout={connect_timeout}", "-i", str(key), "-p", str(port),
+            "root@127.0.0.1", remote]  # fmt: skip
 
 
-def run(key: Path, port: int, remote: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run(
+    key: Path, port: int, remote: str, timeout: float = 120, connect_timeout: int = 5
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        command(key, port, remote),
+        command(key, port, remote, connect_timeout),
         capture_output=True,
         text=True,
         timeout=timeout,

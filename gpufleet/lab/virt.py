@@ -32,8 +32,7 @@ class LabHost:
     name: str  # inventory name, e.g. lab-1
     uuid: str
     ssh_port: int
-    disk: Path  # qcow2 overlay of the image
-    namespace: Path  # raw file behind the SR-IOV NVMe controller's namespace
+    disk: Path  # qcow2 overlay of the image (a copy of the booted snapshot's, see snapshot.py)
     serial_log: Path
 
     @property
@@ -233,14 +232,23 @@ def ensure_libvirt(progress: Progress) -> None:
     raise LibvirtUnavailable("libvirtd started but does not answer on " + URI)
 
 
-def domain_xml(host: LabHost, accel: Accel, shape: HostShape = SHAPE) -> str:
+# How a domain starts: ``cold`` boots from its disk with every device; ``template`` is the VM whose booted state
+# becomes the booted snapshot (no NVMe controller: QEMU 7.2's nvme device cannot be saved); ``restore`` starts from
+# that snapshot (``-loadvm``, the same devices as the template), and the lab hot-plugs the NVMe controller into it.
+BOOTS = ("cold", "template", "restore")
+SNAPSHOT_TAG = "booted"  # the internal qcow2 snapshot (disk and RAM) a restored host starts from
+
+
+def domain_xml(host: LabHost, accel: Accel, shape: HostShape = SHAPE, boot: str = "cold") -> str:
     cells, cpu = [], 0
     per_node = shape.vcpus // len(shape.node_mib)
     for node, mib in enumerate(shape.node_mib):
         cells.append(f"<cell id='{node}' cpus='{cpu}-{cpu + per_node - 1}' memory='{mib}' unit='MiB'/>")
         cpu += per_node
     cpu_mode = "host-passthrough" if accel.name == "kvm" else "maximum"
-    args = qemu_device_args(host, shape)
+    args = qemu_device_args(host, shape, controller=boot == "cold")
+    if boot == "restore":
+        args += ["-loadvm", SNAPSHOT_TAG]
     qemu_args = "".join(f"<qemu:arg value='{escape(a)}'/>" for a in args)
     return f"""<domain type='{accel.libvirt_type}' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
   <name>{host.domain}</name>
@@ -275,20 +283,40 @@ def domain_xml(host: LabHost, accel: Accel, shape: HostShape = SHAPE) -> str:
 """
 
 
-def qemu_device_args(host: LabHost, shape: HostShape = SHAPE) -> list[str]:
+def nvme_controller(host: LabHost, shape: HostShape = SHAPE) -> dict[str, str | int]:
+    """The SR-IOV NVMe controller (a PF with ``sriov_max_vfs`` VFs) on the NUMA-``sriov_node`` root port: QEMU
+    device properties, for the command line of a cold boot and for ``device_add`` into a restored host."""
+    return {
+        "driver": "nvme", "id": "labnvme", "serial": f"{host.name}-sriov", "subsys": "labsubsys", "bus": "labrp1",
+        "sriov_max_vfs": shape.sriov_vfs, "sriov_vq_flexible": 2 * shape.sriov_vfs,
+        "sriov_vi_flexible": shape.sriov_vfs,
+    }  # fmt: skip
+
+
+def qemu_device_args(host: LabHost, shape: HostShape = SHAPE, controller: bool = True) -> list[str]:
     """The SSH-forwarding NIC on pcie.0 and, on NUMA node ``sriov_node``, a PCIe expander bridge with a root port
-    holding an NVMe controller with SR-IOV (and a detached namespace, as QEMU 7.2 requires)."""
-    return [
+    for the NVMe controller with SR-IOV (and its NVMe subsystem, which SR-IOV needs), the controller itself only
+    with ``controller``."""
+    args = [
         "-netdev", f"user,id=labnet0,hostfwd=tcp:127.0.0.1:{host.ssh_port}-:22",
         "-device", "virtio-net-pci,netdev=labnet0,bus=pcie.0,addr=0x10",
         "-device", f"pxb-pcie,id=pxb1,bus_nr=128,numa_node={shape.sriov_node},bus=pcie.0,addr=0x11",
         "-device", "pcie-root-port,id=labrp1,bus=pxb1,chassis=11",
         "-device", f"nvme-subsys,id=labsubsys,nqn=nqn.2026-11.io.gpufleet:{host.name}",
-        "-device", f"nvme,id=labnvme,serial={host.name}-sriov,subsys=labsubsys,bus=labrp1,"
-        f"sriov_max_vfs={shape.sriov_vfs},sriov_vq_flexible={2 * shape.sriov_vfs},sriov_vi_flexible={shape.sriov_vfs}",
-        "-drive", f"file={host.namespace},if=none,id=labns,format=raw",
-        "-device", "nvme-ns,drive=labns,nsid=1,detached=on,shared=on",
     ]  # fmt: skip
+    if controller:
+        props = nvme_controller(host, shape)
+        args += ["-device", ",".join([str(props.pop("driver"))] + [f"{k}={v}" for k, v in props.items()])]
+    return args
+
+
+def hotplug_nvme(host: LabHost, shape: HostShape = SHAPE) -> None:
+    """Add the NVMe controller to a running domain restored from the booted snapshot (the guest's PCIe hotplug
+    finds it, as a cold boot's enumeration would)."""
+    command = json.dumps({"execute": "device_add", "arguments": nvme_controller(host, shape)})
+    out = virsh("qemu-monitor-command", host.domain, command).stdout
+    if '"return"' not in out:
+        raise LibvirtUnavailable(f"{host.name}: device_add of its NVMe controller: {out.strip()}")
 
 
 # An emulated Intel VT-d IOMMU (the domain's <iommu model='intel'>): the guest gets IOMMU groups and can bind the
@@ -319,14 +347,16 @@ def emulator(accel: Accel) -> str:
     return str(lab_dir() / "qemu-tcg-single") if accel.tcg_single_thread else QEMU
 
 
-def define(host: LabHost, accel: Accel) -> None:
+def define(host: LabHost, accel: Accel, boot: str = "cold") -> None:
+    """Define (or redefine) ``host``'s domain to start as ``boot`` (BOOTS) next; a running domain keeps its
+    devices until then."""
     if accel.tcg_single_thread:
         wrapper, text = Path(emulator(accel)), TCG_SINGLE_WRAPPER.replace("{qemu}", QEMU)
         if not wrapper.exists() or wrapper.read_text() != text:
             wrapper.write_text(text)
             wrapper.chmod(0o755)
     path = host.disk.parent / "domain.xml"
-    path.write_text(domain_xml(host, accel))
+    path.write_text(domain_xml(host, accel, boot=boot))
     virsh("define", str(path))
 
 

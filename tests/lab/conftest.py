@@ -56,6 +56,7 @@ def molecule_scenarios(
     tests, ``GPUFLEET_MOLECULE_JOBS`` at a time (default 2). Under software emulation the lab is bound by guest
     CPU: side by side, the hosts keep both cores busy through each other's boots, reboots and controller-side
     work. Each scenario's host is its own lab (prefix ``mol<role>``); test_molecule.py waits for the results."""
+    from gpufleet.lab import ensure_booted_snapshot
     from gpufleet.lab.config import lab_lock
     from gpufleet.lab.image import ensure_image
 
@@ -71,6 +72,8 @@ def molecule_scenarios(
     require_virtualization()
     with lab_lock(print), lab_step("image"):  # built once, before the scenarios' and the other tests' `lab up`s
         ensure_image(progress=lambda m: print(m, flush=True))
+    with lab_step("booted snapshot"):  # the one boot every lab VM of the session starts from (snapshot.py)
+        ensure_booted_snapshot(progress=lambda m: print(m, flush=True))
     jobs = max(1, int(os.environ.get("GPUFLEET_MOLECULE_JOBS", "2")))
     selected.sort(key=lambda role: not molecule_runner.may_reboot(role))  # longest first
     # the slow scenarios build C code in the guest (DKMS): this machine's gcc compiles it for them (tests/lab/distcc.py)

@@ -202,6 +202,25 @@ class TestLab:
             assert "available: 2 nodes (0-1)" in remote(host, "numactl -H")
         assert any("power On through Redfish" in line for line in lab_hosts["log"])
 
+    def test_the_hosts_start_from_the_booted_snapshot_each_with_its_own_identity_and_sriov_device(self, lab_hosts):
+        """Restored from one saved boot (snapshot.py), each host is still itself: its name, its SSH host key, the
+        time, a readable journal, and the hot-plugged SR-IOV NVMe controller on NUMA node 1 as a cold boot has it."""
+        result = lab_hosts["result"]
+        assert sorted(result.restored) == sorted(h.name for h in result.hosts)
+        assert all(seconds < 60 for seconds in result.boot_seconds.values()), result.boot_seconds  # no boot
+        keys = set()
+        for host in result.hosts:
+            out = remote(host, "hostname; ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub; date +%s; "
+                               "d=$(ls -d /sys/bus/pci/drivers/nvme/0000:* | head -1); "
+                               "cat $d/sriov_totalvfs $d/numa_node; journalctl -b -n 1 -q -o cat | wc -l")  # fmt: skip
+            name, key, clock, total_vfs, node, journal_lines = out.splitlines()[:6]
+            assert name == host.name
+            keys.add(key)
+            assert abs(int(clock) - time.time()) < 60
+            assert (total_vfs, node) == (str(SHAPE.sriov_vfs), str(SHAPE.sriov_node))
+            assert journal_lines == "1"  # journalctl finds this boot's journal
+        assert len(keys) == len(result.hosts)
+
     def test_check_mode_on_fresh_hosts_reports_changes_and_changes_nothing(self, lab_hosts, tmp_path):
         """Through the inventory `gpufleet inventory lab-local` writes (from the file `lab up` wrote), which
         ansible-inventory accepts."""

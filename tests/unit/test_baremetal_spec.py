@@ -434,7 +434,7 @@ def lab_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     project.mkdir()
     for name in ("Pulumi.yaml", "Pulumi.lab-local.yaml"):
         (project / name).write_text((REPO / name).read_text())
-    hosts = [virt.LabHost(f"lab-{i}", host_uuid(f"lab-{i}"), 22220 + i, Path(), Path(), Path()) for i in (1, 2)]
+    hosts = [virt.LabHost(f"lab-{i}", host_uuid(f"lab-{i}"), 22220 + i, Path(), Path()) for i in (1, 2)]
     result = UpResult(Accel("tcg", "test"), "libvirt", "http://127.0.0.1:8000", None, hosts, False, 0.0)
     write_inventory(project / "inventories/lab-local/hosts.yml", hosts, result)
     return project

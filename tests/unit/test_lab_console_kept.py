@@ -23,7 +23,7 @@ def _host(cache: Path, name: str, console: str | None) -> LabHost:
     d.mkdir(parents=True)
     if console is not None:
         (d / "serial.log").write_text(console)
-    return LabHost(name, "uuid", 22300, d / "disk.qcow2", d / "nvme-ns.img", d / "serial.log")
+    return LabHost(name, "uuid", 22300, d / "disk.qcow2", d / "serial.log")
 
 
 def test_the_console_of_a_removed_host_is_kept_with_its_name_and_said(cache: Path):

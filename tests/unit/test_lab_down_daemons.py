@@ -38,7 +38,6 @@ def _vm_state(cache: Path, prefix: str, with_disk: bool) -> Path:
         "uuid": "u-" + prefix,
         "ssh_port": 22380,
         "disk": str(d / "disk.qcow2"),
-        "namespace": str(d / "nvme-ns.img"),
         "serial_log": str(d / "serial.log"),
     }
     path = cache / "lab" / f"lab-{prefix}.json"
@@ -82,3 +81,14 @@ def test_a_lab_keeps_its_kind_and_refuses_to_come_up_as_the_other(cache: Path):
         Lab("ctest", 1, kind="vm").up()
     with pytest.raises(LabError, match="lab kind 'pod'"):
         Lab("other", 1, kind="pod")
+
+
+def test_a_state_file_of_another_lab_version_is_not_taken_for_stale(cache: Path, stopped: list[str]):
+    """A lab's hosts are found by name: a state file with other keys (an older checkout's `namespace`, say) whose
+    host still has its disk keeps the daemons running instead of being removed while its VM runs (2026-11-28)."""
+    live = _vm_state(cache, "test", with_disk=True)
+    state = json.loads(live.read_text())
+    state["hosts"][0] = {"name": "test-1", "namespace": "/gone/nvme-ns.img"}  # no disk, serial_log, uuid keys
+    live.write_text(json.dumps(state))
+    Lab("lab", 1, progress=lambda _m: None).down()
+    assert stopped == [] and live.exists()

@@ -34,4 +34,4 @@ def test_a_reset_stops_the_domain_for_the_reset_daemon_to_start_again(tmp_path):
 
 def _host(tmp_path):
     d = tmp_path / "lab-1"
-    return virt.LabHost("lab-1", "uuid-1", 22221, d / "disk.qcow2", d / "ns.img", d / "serial.log")
+    return virt.LabHost("lab-1", "uuid-1", 22221, d / "disk.qcow2", d / "serial.log")
