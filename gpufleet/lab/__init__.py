@@ -271,9 +271,7 @@ class Lab:
         script = snapshot.identity_script(host.name, time.time())
         script += "; for i in $(seq 1 60); do ls /sys/bus/pci/drivers/nvme | grep -q : && exit 0; sleep 0.5; done; "
         script += "echo 'the hot-plugged NVMe controller has no driver after 30 s' >&2; exit 1"
-        # a host just restored runs slowly for a while (under emulation its code is translated afresh): its sshd
-        # took over 5 s to send its banner to the first command after SSH answered (4 VMs on 2 cores, 2026-11-28)
-        done = ssh.run(key, host.ssh_port, script, timeout=180, connect_timeout=60)
+        done = ssh.run(key, host.ssh_port, script, timeout=180)
         if done.returncode:
             raise LabError(f"{host.name}: taking its identity after the restore failed: {done.stderr.strip()}")
         self.progress(f"{host.name}: restored from the booted snapshot, renamed, its NVMe controller plugged in")

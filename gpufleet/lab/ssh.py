@@ -13,14 +13,22 @@ OPTIONS = [
 ]  # fmt: skip
 
 
-def command(key: Path, port: int, remote: str, connect_timeout: int = 5) -> list[str]:
-    """ssh to a lab host; ``connect_timeout`` covers the TCP connect and the banner exchange (5 s: a poll's)."""
+# How long ssh waits for the TCP connect and the server's banner: a poll for a booting host gives up after
+# POLL_CONNECT_S and tries again; a command waits longer, since a host just started from the booted snapshot runs
+# slowly for a while (under emulation its code is translated afresh): with five VMs on two cores its sshd took over
+# 5 s to send the banner to the first commands after it answered a poll (2026-11-28).
+POLL_CONNECT_S = 5
+COMMAND_CONNECT_S = 60
+
+
+def command(key: Path, port: int, remote: str, connect_timeout: int = COMMAND_CONNECT_S) -> list[str]:
+    """ssh to a lab host (``connect_timeout``: seconds for the TCP connect and the banner exchange)."""
     return ["ssh", *OPTIONS, "-o", f"ConnectTimeout={connect_timeout}", "-i", str(key), "-p", str(port),
             "root@127.0.0.1", remote]  # fmt: skip
 
 
 def run(
-    key: Path, port: int, remote: str, timeout: float = 120, connect_timeout: int = 5
+    key: Path, port: int, remote: str, timeout: float = 120, connect_timeout: int = COMMAND_CONNECT_S
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         command(key, port, remote, connect_timeout),
@@ -34,7 +42,7 @@ def run(
 
 def reachable(key: Path, port: int) -> bool:
     try:
-        return run(key, port, "true", timeout=15).returncode == 0
+        return run(key, port, "true", timeout=15, connect_timeout=POLL_CONNECT_S).returncode == 0
     except subprocess.TimeoutExpired:
         return False
 
