@@ -18,6 +18,8 @@ from gpufleet.lab import Lab, LabError
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("GPUFLEET_CACHE", str(tmp_path))
     monkeypatch.setattr(lab_mod, "_libvirt_answers", lambda: False)  # no libvirt: liveness from the hosts' files
+    # and `down` must not start this machine's libvirtd to remove domains (it did, left running, 2026-11-28)
+    monkeypatch.setattr(lab_mod.Lab, "_libvirt_for_down", lambda self: False)
     return tmp_path
 
 
