@@ -63,8 +63,8 @@ test: setup lint
 	@$(BIN)/gpufleet lab budget
 
 # pytest exits 5 when no test is selected; say so rather than fail. -s prints each scenario's wall time.
-# The slow scenarios run one VM at a time with parallel work in it (a DKMS build): a TCG thread per vCPU uses
-# both cores there (gpufleet/lab/accel.py).
+# The slow scenarios run one VM at a time: a TCG thread per vCPU can use both cores there (gpufleet/lab/accel.py).
+# nvidia_driver's DKMS build runs natively in a system container (tests/molecule/dkms_build.yml).
 test-slow: setup
 	@GPUFLEET_LAB_TCG_THREADS=multi $(BIN)/python -m pytest -m slow -s tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test-slow: no slow scenarios exist yet"; exit 0; fi; exit $$rc

@@ -28,7 +28,6 @@ lab_tools=(
   "debootstrap:debootstrap" "sfdisk:fdisk" "mkfs.ext4:e2fsprogs" "ssh:openssh-client" "ssh-keygen:openssh-client"
   "pkg-config:pkg-config" "gcc:gcc"
   "xmllint:libxml2-utils"  # virt-xml-validate (libvirt-clients) runs it: the tests validate gpufleet's domain XML
-  "distccd:distcc"  # make test-slow: this machine compiles for the lab hosts' DKMS builds (tests/lab/distcc.py)
   "systemd-nspawn:systemd-container"  # the lab's system containers (gpufleet/lab/container.py)
 )
 for entry in "${lab_tools[@]}"; do

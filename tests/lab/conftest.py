@@ -22,7 +22,7 @@ import pytest
 
 from gpufleet.lab.budget import LAB_TESTS, RECORD_NAME, StepClock
 from tests.conftest import REPO
-from tests.lab import distcc, molecule_runner
+from tests.lab import molecule_runner
 
 _STARTED = time.monotonic()  # the lab session's start: this file loads as pytest starts, or as it collects tests/lab
 _clock = StepClock()
@@ -76,25 +76,15 @@ def molecule_scenarios(
         ensure_booted_snapshot(progress=lambda m: print(m, flush=True))
     jobs = max(1, int(os.environ.get("GPUFLEET_MOLECULE_JOBS", "2")))
     selected.sort(key=lambda role: not molecule_runner.may_reboot(role))  # longest first
-    # the slow scenarios build C code in the guest (DKMS): this machine's gcc compiles it for them (tests/lab/distcc.py)
-    server = distcc.start(tmp_path_factory.mktemp("distcc")) if any(map(molecule_runner.slow, selected)) else None
-    env = {**os.environ, **(server.env if server else {})}  # taken now, before any lab test changes os.environ
-    try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {
-                role: pool.submit(
-                    _timed_scenario, nodeids[role], role, tmp_path_factory.mktemp(f"molecule-{role}"), env
-                )
-                for role in selected
-            }
-            yield futures
-            for future in futures.values():  # never leave a scenario (and its lab host) running after the tests
-                future.cancel()
-    finally:
-        if server:
-            server.stop()
-            done, failed = server.compiled()
-            print(f"\ndistccd compiled {done} files for the lab hosts ({failed} compile errors: conftest probes)")
+    env = dict(os.environ)  # taken now, before any lab test changes os.environ
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {
+            role: pool.submit(_timed_scenario, nodeids[role], role, tmp_path_factory.mktemp(f"molecule-{role}"), env)
+            for role in selected
+        }
+        yield futures
+        for future in futures.values():  # never leave a scenario (and its lab host) running after the tests
+            future.cancel()
 
 
 def _timed_scenario(nodeid: str, role: str, work: Path, env: dict[str, str]) -> tuple[int, str, float]:

@@ -11,8 +11,8 @@ from tests.conftest import REPO
 
 ROLES = sorted(p.parent.parent.parent.name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
 SLOW_MARK = "# gpufleet: slow"  # in a scenario's converge.yml: it runs in `make test-slow` only
-# nvidia_driver under software emulation: DKMS conftests ~35 min, compiling the open modules ~45 min, two
-# update-initramfs runs ~10 min each, then the re-converge and verify.
+# nvidia_driver under software emulation: the driver's packages with their update-initramfs runs, a reboot, the
+# re-converge and verify (its DKMS build runs natively first, tests/molecule/dkms_build.yml); vfio's reboots.
 SLOW_LIMIT_S = 3 * 3600
 
 
