@@ -95,12 +95,7 @@ class Lab:
         self.state_path.write_text(json.dumps(state, indent=2))
 
     def _ports_in_use_by_other_labs(self) -> set[int]:
-        used: set[int] = set()
-        for path in lab_dir().glob("lab-*.json"):
-            if path != self.state_path:
-                with contextlib.suppress(OSError, ValueError, KeyError):
-                    used |= {h["ssh_port"] for h in json.loads(path.read_text()).get("hosts", [])}
-        return used
+        return _ports_in_state_files(but=self.state_path)
 
     def hosts(self) -> list[virt.LabHost]:
         known = {h["name"]: h for h in self._state().get("hosts", [])}
@@ -144,28 +139,11 @@ class Lab:
 
     def _start(self, fresh: bool) -> tuple[UpResult, dict[str, float]]:
         say = self.progress
-        try:
-            image = image_mod.ensure_image(say)
-        except image_mod.ImageError as exc:
-            raise LabError(str(exc)) from None
-        say(
-            f"image {image.recipe}: "
-            + (f"built in {image.seconds:.0f} s" if image.built_now else f"cached ({image.path.parent})")
-        )
-        accel = detect(image.kernel)
-        say(f"accelerator: {'KVM' if accel.name == 'kvm' else 'software emulation (TCG)'} — {accel.reason}")
-        backend, reason = "libvirt", None
-        try:
-            if os.environ.get("GPUFLEET_LAB_BACKEND") == "qemu":
-                raise virt.LibvirtUnavailable("GPUFLEET_LAB_BACKEND=qemu asks for QEMU without libvirt")
-            virt.ensure_libvirt(say)
-        except virt.LibvirtUnavailable as exc:
-            backend, reason = "qemu", str(exc)
-            say(f"libvirt not used ({exc}): starting the VMs with QEMU directly; Redfish BMCs are unavailable")
+        image, accel, backend, reason = _vm_machine(say)
         hosts = self.hosts()
         if fresh:
             self._remove_hosts(hosts, backend)
-        booted = self._booted_snapshot(image, accel) if backend == "libvirt" else None
+        booted = _booted_snapshot(image, accel, say) if backend == "libvirt" else None
         restored = [h.name for h in hosts if self._prepare(h, image.path, booted)]
         self._save(hosts=[asdict(h) | {"disk": str(h.disk), "serial_log": str(h.serial_log)} for h in hosts],
                    backend=backend)  # fmt: skip
@@ -240,11 +218,6 @@ class Lab:
             except (OSError, ValueError, KeyError):
                 pass
         return [h if isinstance(h, virt.LabHost) else _host_from(h) for h in hosts.values()]
-
-    def _booted_snapshot(self, image: image_mod.Image, accel: Accel) -> snapshot.Booted | None:
-        """The booted snapshot new hosts start from (made now if there is none), or None, said, when it cannot be
-        made: the hosts then boot from the image."""
-        return _booted_snapshot(image, accel, self.progress)
 
     def _prepare(self, host: virt.LabHost, base: Path, booted: snapshot.Booted | None) -> bool:
         """Give a new host its disk: a copy of the booted snapshot's (returns True: it starts from that state), or
@@ -415,12 +388,43 @@ class Lab:
         return out
 
 
-def _booted_snapshot(image: image_mod.Image, accel: Accel, progress: Progress) -> snapshot.Booted | None:
-    """snapshot.ensure with a free port for the template; None, said, when the snapshot cannot be made."""
-    taken: set[int] = set()
+def _ports_in_state_files(but: Path | None = None) -> set[int]:
+    """The SSH ports the labs on this machine hold (their state files; ``but`` one of them)."""
+    used: set[int] = set()
     for path in lab_dir().glob("lab-*.json"):
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            taken |= {h["ssh_port"] for h in json.loads(path.read_text()).get("hosts", [])}
+        if path != but:
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                used |= {h["ssh_port"] for h in json.loads(path.read_text()).get("hosts", [])}
+    return used
+
+
+def _vm_machine(say: Progress) -> tuple[image_mod.Image, Accel, str, str | None]:
+    """What a VM lab runs on: the image (built first if its recipe changed), the accelerator, and the backend
+    (``libvirt``, or ``qemu`` with the reason libvirt is not used)."""
+    try:
+        image = image_mod.ensure_image(say)
+    except image_mod.ImageError as exc:
+        raise LabError(str(exc)) from None
+    say(
+        f"image {image.recipe}: "
+        + (f"built in {image.seconds:.0f} s" if image.built_now else f"cached ({image.path.parent})")
+    )
+    accel = detect(image.kernel)
+    say(f"accelerator: {'KVM' if accel.name == 'kvm' else 'software emulation (TCG)'} — {accel.reason}")
+    try:
+        if os.environ.get("GPUFLEET_LAB_BACKEND") == "qemu":
+            raise virt.LibvirtUnavailable("GPUFLEET_LAB_BACKEND=qemu asks for QEMU without libvirt")
+        virt.ensure_libvirt(say)
+    except virt.LibvirtUnavailable as exc:
+        say(f"libvirt not used ({exc}): starting the VMs with QEMU directly; Redfish BMCs are unavailable")
+        return image, accel, "qemu", str(exc)
+    return image, accel, "libvirt", None
+
+
+def _booted_snapshot(image: image_mod.Image, accel: Accel, progress: Progress) -> snapshot.Booted | None:
+    """The booted snapshot new hosts start from (made now if there is none, with a free port for the template), or
+    None, said, when it cannot be made: the hosts then boot from the image."""
+    taken = _ports_in_state_files()
     port = next(p for p in range(SSH_PORT_BASE + 200, SSH_PORT_BASE + 400) if p not in taken and _port_free(p))
     try:
         return snapshot.ensure(image.path, image.recipe, accel, image_mod.ssh_key(), port, progress)
@@ -433,19 +437,8 @@ def ensure_booted_snapshot(progress: Progress = print) -> snapshot.Booted | None
     """The image and the booted snapshot every new VM of the lab starts from, made now where missing (the lab
     session makes it once, before its labs come up); None where the VMs cannot use one (no libvirt)."""
     with lab_lock(progress):
-        try:
-            image = image_mod.ensure_image(progress)
-        except image_mod.ImageError as exc:
-            raise LabError(str(exc)) from None
-        accel = detect(image.kernel)
-        try:
-            if os.environ.get("GPUFLEET_LAB_BACKEND") == "qemu":
-                return None
-            virt.ensure_libvirt(progress)
-        except virt.LibvirtUnavailable as exc:
-            progress(f"no booted snapshot: libvirt is unavailable ({exc})")
-            return None
-        return _booted_snapshot(image, accel, progress)
+        image, accel, backend, _reason = _vm_machine(progress)
+        return _booted_snapshot(image, accel, progress) if backend == "libvirt" else None
 
 
 def _vm_lab_alive(path: Path, progress: Progress) -> bool:

@@ -52,7 +52,6 @@ class SnapshotError(RuntimeError):
 @dataclass(frozen=True)
 class Booted:
     disk: Path  # the template's qcow2 overlay of the image, with the internal snapshot virt.SNAPSHOT_TAG
-    made_now: bool
     seconds: float  # what making it took (0 when it was found)
 
 
@@ -81,7 +80,7 @@ def ensure(
     holds the lab lock and has libvirt running; ``ssh_port`` is a free local port for the template's SSH."""
     final = image_path.parent / f"booted-{key(image_recipe, accel)}"
     if (final / "disk.qcow2").is_file():
-        return Booted(final / "disk.qcow2", False, 0.0)
+        return Booted(final / "disk.qcow2", 0.0)
     started = time.monotonic()
     work = final.with_name(final.name + ".partial")
     shutil.rmtree(work, ignore_errors=True)
@@ -125,7 +124,7 @@ def ensure(
                 shutil.rmtree(old)
     seconds = time.monotonic() - started
     progress(f"booted snapshot: made in {seconds:.0f} s (the template's boot to SSH {booted_s:.0f} s)")
-    return Booted(final / "disk.qcow2", True, seconds)
+    return Booted(final / "disk.qcow2", seconds)
 
 
 def identity_script(name: str, epoch: float) -> str:

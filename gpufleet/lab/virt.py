@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 from xml.sax.saxutils import escape
 
 from gpufleet.lab.accel import Accel
@@ -235,11 +236,11 @@ def ensure_libvirt(progress: Progress) -> None:
 # How a domain starts: ``cold`` boots from its disk with every device; ``template`` is the VM whose booted state
 # becomes the booted snapshot (no NVMe controller: QEMU 7.2's nvme device cannot be saved); ``restore`` starts from
 # that snapshot (``-loadvm``, the same devices as the template), and the lab hot-plugs the NVMe controller into it.
-BOOTS = ("cold", "template", "restore")
+Boot = Literal["cold", "template", "restore"]
 SNAPSHOT_TAG = "booted"  # the internal qcow2 snapshot (disk and RAM) a restored host starts from
 
 
-def domain_xml(host: LabHost, accel: Accel, shape: HostShape = SHAPE, boot: str = "cold") -> str:
+def domain_xml(host: LabHost, accel: Accel, shape: HostShape = SHAPE, boot: Boot = "cold") -> str:
     cells, cpu = [], 0
     per_node = shape.vcpus // len(shape.node_mib)
     for node, mib in enumerate(shape.node_mib):
@@ -347,8 +348,8 @@ def emulator(accel: Accel) -> str:
     return str(lab_dir() / "qemu-tcg-single") if accel.tcg_single_thread else QEMU
 
 
-def define(host: LabHost, accel: Accel, boot: str = "cold") -> None:
-    """Define (or redefine) ``host``'s domain to start as ``boot`` (BOOTS) next; a running domain keeps its
+def define(host: LabHost, accel: Accel, boot: Boot = "cold") -> None:
+    """Define (or redefine) ``host``'s domain to start as ``boot`` (Boot) next; a running domain keeps its
     devices until then."""
     if accel.tcg_single_thread:
         wrapper, text = Path(emulator(accel)), TCG_SINGLE_WRAPPER.replace("{qemu}", QEMU)
