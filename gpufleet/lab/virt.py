@@ -246,7 +246,6 @@ def domain_xml(host: LabHost, accel: Accel, shape: HostShape = SHAPE, boot: Boot
     for node, mib in enumerate(shape.node_mib):
         cells.append(f"<cell id='{node}' cpus='{cpu}-{cpu + per_node - 1}' memory='{mib}' unit='MiB'/>")
         cpu += per_node
-    cpu_mode = "host-passthrough" if accel.name == "kvm" else "maximum"
     args = qemu_device_args(host, shape, controller=boot == "cold")
     if boot == "restore":
         args += ["-loadvm", SNAPSHOT_TAG]
@@ -259,7 +258,7 @@ def domain_xml(host: LabHost, accel: Accel, shape: HostShape = SHAPE, boot: Boot
   <sysinfo type='smbios'><system><entry name='serial'>{host.name}</entry></system></sysinfo>
   <os><type arch='x86_64' machine='q35'>hvm</type><boot dev='hd'/><smbios mode='sysinfo'/></os>
   <features><acpi/><apic/></features>
-  <cpu mode='{cpu_mode}' check='none'>
+  {accel.libvirt_cpu}
     <topology sockets='{shape.sockets}' dies='1' cores='{shape.cores_per_socket}' threads='1'/>
     <numa>{"".join(cells)}</numa>
   </cpu>

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
+
 from gpufleet.lab import virt
 from gpufleet.lab.accel import Accel
 
@@ -30,6 +32,19 @@ def test_kvm_runs_qemu_itself(monkeypatch):
 
 def test_a_reset_stops_the_domain_for_the_reset_daemon_to_start_again(tmp_path):
     assert "<on_reboot>destroy</on_reboot>" in virt.domain_xml(_host(tmp_path), KVM)
+
+
+def test_an_emulated_host_gets_the_baseline_cpu_with_1_gib_pages_in_both_backends(tmp_path):
+    """Under TCG both backends give the guest QEMU's baseline model plus pdpe1gb (the plan's boot-time 1 GiB pages
+    need it), not ``max`` (whose AVX2 and AES-NI paths slow every boot); under KVM the host's CPU."""
+    cpu = ET.fromstring(virt.domain_xml(_host(tmp_path), TCG)).find("cpu")
+    assert (cpu.get("mode"), cpu.findtext("model")) == ("custom", "qemu64")
+    assert [(f.get("policy"), f.get("name")) for f in cpu.findall("feature")] == [("require", "pdpe1gb")]
+    assert cpu.find("numa") is not None and cpu.find("topology") is not None
+    args = TCG.qemu_args
+    assert args[args.index("-cpu") + 1] == "qemu64,pdpe1gb=on"
+    assert ET.fromstring(virt.domain_xml(_host(tmp_path), KVM)).find("cpu").get("mode") == "host-passthrough"
+    assert KVM.qemu_args[-2:] == ["-cpu", "host"]
 
 
 def _host(tmp_path):
