@@ -11,6 +11,7 @@ from tests.conftest import REPO
 
 ROLES = sorted(p.parent.parent.parent.name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
 SLOW_MARK = "# gpufleet: slow"  # in a scenario's converge.yml: it runs in `make test-slow` only
+CONTAINER_MARK = "# gpufleet: container"  # a line of a scenario's converge.yml: its host is a system container
 # nvidia_driver under software emulation: the driver's packages with their update-initramfs runs, a reboot, the
 # re-converge and verify (its DKMS build runs natively first, tests/molecule/dkms_build.yml); vfio's reboots.
 SLOW_LIMIT_S = 3 * 3600
@@ -18,6 +19,11 @@ SLOW_LIMIT_S = 3 * 3600
 
 def slow(role: str) -> bool:
     return SLOW_MARK in (REPO / "roles" / role / "molecule/default/converge.yml").read_text()
+
+
+def in_container(role: str) -> bool:
+    """A scenario whose host is a system container (tests/molecule/create.yml reads the same line)."""
+    return CONTAINER_MARK in (REPO / "roles" / role / "molecule/default/converge.yml").read_text().splitlines()
 
 
 def may_reboot(role: str) -> bool:
