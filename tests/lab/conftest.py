@@ -82,8 +82,9 @@ def molecule_scenarios(
     selected.sort(key=lambda role: not molecule_runner.may_reboot(role))  # longest first
     env = dict(os.environ)  # taken now, before any lab test changes os.environ
     with ThreadPoolExecutor(max_workers=max(1, jobs - 1)) as vms, ThreadPoolExecutor(max_workers=1) as containers:
+        lanes = {"vms": vms, "containers": containers}
         futures = {
-            role: (containers if jobs > 1 and molecule_runner.in_container(role) else vms).submit(
+            role: lanes[molecule_runner.lane(role, jobs)].submit(
                 _timed_scenario, nodeids[role], role, tmp_path_factory.mktemp(f"molecule-{role}"), env
             )
             for role in selected

@@ -26,6 +26,12 @@ def in_container(role: str) -> bool:
     return CONTAINER_MARK in (REPO / "roles" / role / "molecule/default/converge.yml").read_text().splitlines()
 
 
+def lane(role: str, jobs: int) -> str:
+    """Which of the lab session's two lanes runs ``role``'s scenario (tests/lab/conftest.py): ``containers`` for a
+    system container's when there are two jobs or more, ``vms`` otherwise (with one job, the one lane)."""
+    return "containers" if jobs > 1 and in_container(role) else "vms"
+
+
 def may_reboot(role: str) -> bool:
     """Scenarios whose converge may reboot the host take about twice as long as the others."""
     return slow(role) or "reboot" in (REPO / "roles" / role / "molecule/default/converge.yml").read_text()
