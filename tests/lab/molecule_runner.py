@@ -17,13 +17,18 @@ CONTAINER_MARK = "# gpufleet: container"  # a line of a scenario's converge.yml:
 SLOW_LIMIT_S = 3 * 3600
 
 
+def _converge(role: str) -> str:
+    """The text of ``role``'s scenario playbook, whose marks and tasks say how and where the scenario runs."""
+    return (REPO / "roles" / role / "molecule/default/converge.yml").read_text()
+
+
 def slow(role: str) -> bool:
-    return SLOW_MARK in (REPO / "roles" / role / "molecule/default/converge.yml").read_text()
+    return SLOW_MARK in _converge(role)
 
 
 def in_container(role: str) -> bool:
     """A scenario whose host is a system container (tests/molecule/create.yml reads the same line)."""
-    return CONTAINER_MARK in (REPO / "roles" / role / "molecule/default/converge.yml").read_text().splitlines()
+    return CONTAINER_MARK in _converge(role).splitlines()
 
 
 def lane(role: str, jobs: int) -> str:
@@ -34,7 +39,7 @@ def lane(role: str, jobs: int) -> str:
 
 def may_reboot(role: str) -> bool:
     """Scenarios whose converge may reboot the host take about twice as long as the others."""
-    return slow(role) or "reboot" in (REPO / "roles" / role / "molecule/default/converge.yml").read_text()
+    return slow(role) or "reboot" in _converge(role)
 
 
 def run_scenario(role: str, work: Path, base_env: dict[str, str]) -> tuple[int, str, float]:
