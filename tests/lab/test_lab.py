@@ -70,9 +70,13 @@ def converge(lab_hosts: dict, check: bool = False, progress=print) -> PlaybookRe
     )
 
 
-def verify(lab_hosts: dict, strategy: str | None = None) -> PlaybookResult:
+def verify(lab_hosts: dict, strategy: str | None = None, limit: str | None = None) -> PlaybookResult:
     return run_playbook(
-        REPO / "ansible/playbooks/verify.yml", lab_hosts["inventory"], {"gpufleet_stack": STACK}, strategy=strategy
+        REPO / "ansible/playbooks/verify.yml",
+        lab_hosts["inventory"],
+        {"gpufleet_stack": STACK},
+        strategy=strategy,
+        limit=limit,
     )
 
 
@@ -219,11 +223,18 @@ class TestLab:
             assert abs(int(clock) - time.time()) < 60
             assert (total_vfs, node) == (str(SHAPE.sriov_vfs), str(SHAPE.sriov_node))
             assert journal_lines == "1"  # journalctl finds this boot's journal
+            # the restore put the clock hours ahead, and no daily job (apt's, fstrim's...) started for it (image.py)
+            jobs = " ".join(f"-u {u}.service" for u in ("apt-daily", "apt-daily-upgrade", "dpkg-db-backup",
+                                                          "e2scrub_all", "fstrim"))  # fmt: skip
+            ran = remote(host, f"journalctl -b -q -o cat {jobs}")
+            assert ran.strip() == "", ran
         assert len(keys) == len(result.hosts)
 
     def test_check_mode_on_fresh_hosts_reports_changes_and_changes_nothing(self, lab_hosts, tmp_path):
         """Through the inventory `gpufleet inventory lab-local` writes (from the file `lab up` wrote), which
-        ansible-inventory accepts."""
+        ansible-inventory accepts. The run is limited to the first host: both are copies of the booted snapshot, and
+        the other's guest CPU goes to the scenarios beside (under emulation the lab is CPU-bound); the other host
+        is checked unchanged too."""
         hosts = lab_hosts["result"].hosts
         root = tmp_path / "root"
         (root / "inventories/lab-local").mkdir(parents=True)
@@ -235,12 +246,13 @@ class TestLab:
         assert cli.returncode == 0 and listed.returncode == 0, cli.stderr + listed.stderr
         assert set(json.loads(listed.stdout)["_meta"]["hostvars"]) == {h.name for h in hosts}
         before = {h.name: remote(h, SNAPSHOT) for h in hosts}
-        result = run_playbook(REPO / "ansible/site.yml", written, {"gpufleet_stack": STACK}, check=True)
+        result = run_playbook(
+            REPO / "ansible/site.yml", written, {"gpufleet_stack": STACK}, check=True, limit=hosts[0].name
+        )
         assert result.rc == 0, result.output[-3000:]
         after = {h.name: remote(h, SNAPSHOT) for h in hosts}
-        for h in hosts:
-            assert result.recap[h.name]["changed"] > 0  # it says what it would do
-            assert after[h.name] == before[h.name]  # and does nothing
+        assert set(result.recap) == {hosts[0].name} and result.recap[hosts[0].name]["changed"] > 0  # what it would do
+        assert after == before  # and does nothing
 
     def test_first_converge_reboots_into_the_plan(self, lab_hosts):
         hosts = lab_hosts["result"].hosts
@@ -340,10 +352,13 @@ class TestLab:
         self.state["remediated"] = other.name  # the verify step reports its power cycle
 
     def test_verify_playbook_passes_then_fails_with_a_table_on_a_changed_hugepage_count(self, lab_hosts):
-        # the first run with Ansible's own `linear` strategy, without Mitogen (ansible.cfg's default runs the rest)
-        result = verify(lab_hosts, strategy="linear")
+        # The first run with Ansible's own `linear` strategy, without Mitogen (ansible.cfg's default runs the rest),
+        # on the host the remediation step power-cycled: without Mitogen each task starts Python on the host (2-3 s
+        # of guest CPU under emulation, ~40 tasks); the second run and `make lab`'s verify check both hosts.
+        remediated = self.state.get("remediated", lab_hosts["result"].hosts[1].name)
+        result = verify(lab_hosts, strategy="linear", limit=remediated)
         assert result.rc == 0, result.output[-3000:]
-        assert f"gpufleet verify ({STACK}): all 2 ok" in result.output
+        assert f"gpufleet verify ({STACK}): all 1 ok" in result.output
         if "remediated" in self.state:  # the health column's note: the host's last remediation (the step above)
             assert f"{self.state['remediated']}  health: last remediation" in result.output
             assert "calls for power-cycle; power-cycle done, no new Xid: back in service" in result.output
