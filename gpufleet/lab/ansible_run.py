@@ -124,5 +124,15 @@ def run_playbook(
             if progress and line.startswith(("TASK [", "RUNNING HANDLER [", "PLAY [", "fatal:")):
                 progress(header)
         rc = proc.wait()
+        f.write(_slowest(tasks))
     output = "".join(lines)
     return PlaybookResult(rc, parse_recap(output), time.monotonic() - started, log, output, tasks)
+
+
+def _slowest(tasks: list[TaskRun], count: int = 15) -> str:
+    """The log's last lines: the run's slowest tasks, where a lab run's time went (not part of Ansible's output)."""
+    if not tasks:
+        return ""
+    rows = sorted(tasks, key=lambda t: t.seconds, reverse=True)[:count]
+    lines = [f"{t.seconds:8.1f}  {'handler ' if t.handler else ''}{t.name}" for t in rows]
+    return f"\n# gpufleet: the {len(rows)} slowest tasks (seconds until the next began)\n" + "\n".join(lines) + "\n"

@@ -71,6 +71,11 @@ def test_each_task_is_timed_and_the_recap_read(play: tuple[Path, Path], strategy
     assert 1.0 <= result.seconds_of("wait", changed_only=True) < result.seconds_of("wait") - 1.0
     assert result.seconds_of("no such task") == 0
     assert result.log.is_file() and "PLAY RECAP" in result.log.read_text()
+    # the log ends with where the time went: the slowest tasks first, handlers marked
+    table = result.log.read_text().split("# gpufleet: the 5 slowest tasks (seconds until the next began)\n")[1]
+    rows = [(float(line.split()[0]), line.split(None, 1)[1]) for line in table.splitlines()]
+    assert [seconds for seconds, _ in rows] == sorted((seconds for seconds, _ in rows), reverse=True)
+    assert {name for _, name in rows} >= {"Wait a second", "handler Wait in a handler"} and rows[0][0] >= 0.9
 
 
 def test_the_project_runs_plays_with_its_mitogen_strategy():

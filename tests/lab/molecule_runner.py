@@ -53,6 +53,8 @@ def run_scenario(role: str, work: Path, base_env: dict[str, str]) -> tuple[int, 
         "MOLECULE_EPHEMERAL_DIRECTORY": str(work / "ephemeral"),
         "ANSIBLE_FORCE_COLOR": "0",
         "NO_COLOR": "1",
+        # each task's time in the scenario's log, and the slowest at the end of each step: where its time went
+        "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
     }
     started = time.monotonic()
     log = work / "molecule.log"  # written as the scenario runs: `tail -f` it to follow a long scenario
