@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import xml.etree.ElementTree as ET
 
 from gpufleet.lab import virt
@@ -50,3 +51,20 @@ def test_an_emulated_host_gets_the_baseline_cpu_with_1_gib_pages_in_both_backend
 def _host(tmp_path):
     d = tmp_path / "lab-1"
     return virt.LabHost("lab-1", "uuid-1", 22221, d / "disk.qcow2", d / "serial.log")
+
+
+def test_the_wrapper_runs_qemu_with_one_tcg_thread(tmp_path):
+    """The libvirt domains' emulator under TCG (virt.TCG_SINGLE_WRAPPER) turns -accel tcg into tcg,thread=single
+    and passes every other argument as it was (a stand-in QEMU prints what it got)."""
+    fake = tmp_path / "qemu"
+    fake.write_text('#!/bin/sh\nprintf "%s|" "$@"\n')
+    fake.chmod(0o755)
+    wrapper = tmp_path / "qemu-tcg-single"
+    wrapper.write_text(virt.TCG_SINGLE_WRAPPER.replace("{qemu}", str(fake)))
+    wrapper.chmod(0o755)
+    argv = ["-name", "guest=x,debug-threads=on", "-accel", "tcg", "-m", "64", "-append", "a b"]
+    out = subprocess.run(
+        [str(wrapper), *argv], capture_output=True, text=True, timeout=60, check=True, stdin=subprocess.DEVNULL
+    ).stdout
+    assert out.split("|")[:-1] == ["-name", "guest=x,debug-threads=on", "-accel", "tcg,thread=single", "-m", "64",
+                                   "-append", "a b"]  # fmt: skip
