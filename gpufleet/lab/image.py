@@ -164,7 +164,10 @@ MASK += ["modprobe@drm.service", "modprobe@efi_pstore.service", "modprobe@dm_mod
 # at once. apt-daily-upgrade then took 10.8 s of guest CPU right after each restore, beside the scenario's first
 # playbook (2026-11-28, journal of a restored host), and apt's jobs hold the dpkg lock the roles' apt tasks need.
 # A lab host lives minutes; its packages come from the image.
-MASK += ["apt-daily.timer", "apt-daily-upgrade.timer", "dpkg-db-backup.timer", "e2scrub_all.timer", "fstrim.timer"]
+DAILY_TIMERS = [
+    "apt-daily.timer", "apt-daily-upgrade.timer", "dpkg-db-backup.timer", "e2scrub_all.timer", "fstrim.timer"
+]  # fmt: skip
+MASK += DAILY_TIMERS
 ENABLE = {
     "multi-user.target.wants": [
         "/lib/systemd/system/systemd-networkd.service",

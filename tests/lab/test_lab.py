@@ -224,8 +224,7 @@ class TestLab:
             assert (total_vfs, node) == (str(SHAPE.sriov_vfs), str(SHAPE.sriov_node))
             assert journal_lines == "1"  # journalctl finds this boot's journal
             # the restore put the clock hours ahead, and no daily job (apt's, fstrim's...) started for it (image.py)
-            jobs = " ".join(f"-u {u}.service" for u in ("apt-daily", "apt-daily-upgrade", "dpkg-db-backup",
-                                                          "e2scrub_all", "fstrim"))  # fmt: skip
+            jobs = " ".join(f"-u {timer.removesuffix('.timer')}.service" for timer in image.DAILY_TIMERS)
             ran = remote(host, f"journalctl -b -q -o cat {jobs}")
             assert ran.strip() == "", ran
         assert len(keys) == len(result.hosts)
