@@ -32,6 +32,9 @@ Progress = Callable[[str], None]
 BOOT_TIMEOUT = 420  # seconds from power-on to SSH (software emulation boots in ~35 s; a busy 2-core machine is slower)
 
 
+# ssh's ConnectTimeout for Ansible's connections to lab hosts (TCP connect and banner): a host busy beside four
+# other VMs took over 5 s to send its banner (gpufleet/lab/ssh.py); one still booting never sends it.
+INVENTORY_CONNECT_S = 20
 KEPT_CONSOLES = 40  # console logs of removed hosts kept in the lab's logs (the newest)
 
 
@@ -518,10 +521,14 @@ def write_inventory(path: Path, hosts: list[virt.LabHost], result: UpResult, gro
     inventory = {
         "all": {
             "vars": {
-                # host keys are per VM and throw-away; keep-alives notice a rebooted host's dead connection in ~15 s
+                # host keys are per VM and throw-away; keep-alives notice a rebooted host's dead connection in ~15 s.
+                # ConnectTimeout: QEMU's user network accepts a connection to a host that is still booting at once
+                # and holds it until the guest answers, which its SYN retries may notice late; ssh gives up on the
+                # TCP connect and the banner after INVENTORY_CONNECT_S and Ansible tries again. Without it one such
+                # connection ran out the reboot module's whole 60 s, after the host's sshd was up (2026-11-28).
                 "ansible_ssh_common_args": (
                     "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
-                    " -o ServerAliveInterval=5 -o ServerAliveCountMax=3"
+                    f" -o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o ConnectTimeout={INVENTORY_CONNECT_S}"
                 ),
                 "ansible_python_interpreter": "/usr/bin/python3",
                 # the same throw-away host keys for Mitogen's connection (it checks them itself, not through ssh)

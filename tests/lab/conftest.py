@@ -13,16 +13,20 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 from gpufleet.lab.budget import LAB_TESTS, RECORD_NAME, StepClock
 from tests.conftest import REPO
-from tests.lab import molecule_runner
+from tests.lab import direct_lab, molecule_runner
+
+T = TypeVar("T")
 
 _STARTED = time.monotonic()  # the lab session's start: this file loads as pytest starts, or as it collects tests/lab
 _clock = StepClock()
@@ -48,18 +52,29 @@ def repo() -> Path:
     return REPO
 
 
+@dataclass(frozen=True)
+class Lanes:
+    """What the lab session runs in its lanes beside the other lab tests (see :func:`lanes`), for the tests that
+    wait for it: each selected role's Molecule scenario, and the lab without libvirt when its test is selected."""
+
+    scenarios: dict[str, Future[tuple[int, str, float]]]
+    direct: Future[direct_lab.DirectRun] | None
+
+
+DIRECT_TEST = "test_lab_without_libvirt_uses_qemu_directly_and_says_redfish_is_unavailable"
+
+
 @pytest.fixture(scope="session", autouse=True)
-def molecule_scenarios(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Future[tuple[int, str, float]]]]:
-    """The selected roles' Molecule scenarios, started when the lab session starts and run beside the other lab
-    tests, ``GPUFLEET_MOLECULE_JOBS`` at a time (default 2): one lane for the scenarios in system containers (native
-    speed, light), the others for the scenarios on VMs, one VM scenario at a time with the default. Under software
-    emulation the lab is bound by guest CPU: one scenario VM beside TestLab's two hosts keeps both cores busy for the
-    whole run, where two scenario VMs at a time over-subscribed its first half and left its last third to TestLab's
-    hosts alone, often one core idle (2026-11-28: 97% of the CPU used in the first 12.6 min, 55% after). With
-    ``GPUFLEET_MOLECULE_JOBS=1`` every scenario runs in one lane. Each scenario's host is its own lab (prefix
-    ``mol<role>``); test_molecule.py waits for the results."""
+def lanes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lanes]:
+    """The selected roles' Molecule scenarios and the lab without libvirt (tests/lab/direct_lab.py), started when
+    the lab session starts and run beside the other lab tests, ``GPUFLEET_MOLECULE_JOBS`` at a time (default 2):
+    one lane for the scenarios in system containers (native speed, light), the other for the VMs, one VM at a time
+    with the default (the lab without libvirt last). Under software emulation the lab is bound by guest CPU: one
+    VM beside TestLab's two hosts keeps both cores busy for the whole run, where two at a time over-subscribed its
+    first half and left its last third to TestLab's hosts alone, often one core idle (2026-11-28: 97% of the CPU
+    used in the first 12.6 min, 55% after). With ``GPUFLEET_MOLECULE_JOBS=1`` everything runs in one lane. Each
+    scenario's host is its own lab (prefix ``mol<role>``); test_molecule.py and the lab without libvirt's test
+    wait for the results, and each is timed as its own work."""
     from gpufleet.lab import ensure_booted_snapshot
     from gpufleet.lab.config import lab_lock
     from gpufleet.lab.image import ensure_image
@@ -69,38 +84,50 @@ def molecule_scenarios(
         for item in request.session.items
         if getattr(item, "originalname", None) == "test_molecule_scenario"
     }
+    direct = next((item.nodeid for item in request.session.items if item.name == DIRECT_TEST), None)
     selected = list(nodeids)
-    if not selected:
-        yield {}
+    if not selected and direct is None:
+        yield Lanes({}, None)
         return
     require_virtualization()
     with lab_lock(print), lab_step("image"):  # built once, before the scenarios' and the other tests' `lab up`s
         ensure_image(progress=lambda m: print(m, flush=True))
-    with lab_step("booted snapshot"):  # the one boot every lab VM of the session starts from (snapshot.py)
-        ensure_booted_snapshot(progress=lambda m: print(m, flush=True))
+    if selected:
+        with lab_step("booted snapshot"):  # the one boot every lab VM of the session starts from (snapshot.py)
+            ensure_booted_snapshot(progress=lambda m: print(m, flush=True))
     jobs = max(1, int(os.environ.get("GPUFLEET_MOLECULE_JOBS", "2")))
     selected.sort(key=lambda role: not molecule_runner.may_reboot(role))  # longest first
     env = dict(os.environ)  # taken now, before any lab test changes os.environ
     with ThreadPoolExecutor(max_workers=max(1, jobs - 1)) as vms, ThreadPoolExecutor(max_workers=1) as containers:
-        lanes = {"vms": vms, "containers": containers}
+        pools = {"vms": vms, "containers": containers}
         futures = {
-            role: lanes[molecule_runner.lane(role, jobs)].submit(
-                _timed_scenario, nodeids[role], role, tmp_path_factory.mktemp(f"molecule-{role}"), env
+            role: pools[molecule_runner.lane(role, jobs)].submit(
+                _timed(nodeids[role], molecule_runner.run_scenario),
+                role,
+                tmp_path_factory.mktemp(f"molecule-{role}"),
+                env,
             )
             for role in selected
         }
-        yield futures
-        for future in futures.values():  # never leave a scenario (and its lab host) running after the tests
+        started = (
+            vms.submit(_timed(direct, direct_lab.run), tmp_path_factory.mktemp("direct-lab"), env) if direct else None
+        )
+        yield Lanes(futures, started)
+        for future in [*futures.values(), *([started] if started else [])]:  # never leave a lab running after
             future.cancel()
 
 
-def _timed_scenario(nodeid: str, role: str, work: Path, env: dict[str, str]) -> tuple[int, str, float]:
-    """A scenario's run, its own wall time kept as its step's (its test only waits for it)."""
-    started = time.monotonic()
-    try:
-        return molecule_runner.run_scenario(role, work, env)
-    finally:
-        _clock.own(nodeid, time.monotonic() - started)
+def _timed(nodeid: str, work: Callable[..., T]) -> Callable[..., T]:
+    """``work`` as a lane runs it: its own wall time kept as its test's step (the test only waits for it)."""
+
+    def timed(*args: Any) -> T:
+        started = time.monotonic()
+        try:
+            return work(*args)
+        finally:
+            _clock.own(nodeid, time.monotonic() - started)
+
+    return timed
 
 
 @contextmanager

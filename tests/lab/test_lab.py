@@ -33,6 +33,7 @@ from gpufleet.lab.report import host_report
 from gpufleet.spec import load_stack
 from infra.baremetal.provider import BareMetalHostProvider, HostInputs, SshSpec, Timeouts
 from tests.conftest import REPO
+from tests.lab.conftest import Lanes
 
 STACK = "lab-local"
 # Everything the roles manage on a host: file hashes and the kernel's live values.
@@ -487,25 +488,18 @@ class TestLab:
         assert refreshed.outs["power"] == "off"  # `pulumi refresh` reads the BMC: no drift
 
 
-def test_lab_without_libvirt_uses_qemu_directly_and_says_redfish_is_unavailable(monkeypatch, tmp_path: Path):
-    from gpufleet.lab import Lab
-    from tests.lab.conftest import require_virtualization
-
-    require_virtualization()
-    monkeypatch.setenv("GPUFLEET_LAB_BACKEND", "qemu")
-    messages: list[str] = []
-    lab = Lab("direct", 1, progress=messages.append)
-    try:
-        result = lab.up(inventory=tmp_path / "hosts.yml", fresh=True)
-        assert result.backend == "qemu" and result.redfish is None
-        assert any("Redfish BMCs are unavailable" in m for m in messages)
-        (status,) = lab.status()
-        assert status.power == "On" and status.ssh and status.backend == "qemu"
-        assert "Linux version" in Path(status.console).read_text(errors="replace")  # the host's serial console
-        assert "available: 2 nodes" in remote(result.hosts[0], "numactl -H")
-        assert "gpufleet_bmc: null" in (tmp_path / "hosts.yml").read_text()
-    finally:
-        lab.down()
-    assert lab.status() == []
-    kept = [m.rsplit(" ", 1)[1] for m in messages if "its console log is kept in" in m]
+def test_lab_without_libvirt_uses_qemu_directly_and_says_redfish_is_unavailable(lanes: Lanes):
+    """`GPUFLEET_LAB_BACKEND=qemu gpufleet lab up`, status, a command on the host, `lab down`: run in the VM lane
+    beside TestLab (tests/lab/direct_lab.py), checked here."""
+    assert lanes.direct is not None
+    run = lanes.direct.result()
+    assert run.up.returncode == 0, run.up.stdout[-3000:] + run.up.stderr[-3000:]
+    assert "Redfish BMCs are unavailable" in run.up.stdout
+    (status,) = run.status
+    assert status["power"] == "On" and status["ssh"] and status["backend"] == "qemu"
+    assert run.numactl is not None and "available: 2 nodes" in run.numactl.stdout
+    assert "gpufleet_bmc: null" in run.inventory
+    assert run.down.returncode == 0, run.down.stdout + run.down.stderr
+    assert json.loads(run.status_after.stdout) == []
+    kept = [line.rsplit(" ", 1)[1] for line in run.down.stdout.splitlines() if "its console log is kept in" in line]
     assert len(kept) == 1 and "Linux version" in Path(kept[0]).read_text(errors="replace")  # readable after down

@@ -6,12 +6,12 @@ other lab tests; each test here waits for its own scenario's result."""
 from __future__ import annotations
 
 import re
-from concurrent.futures import Future
 
 import pytest
 
 from tests.conftest import REPO
 from tests.lab import molecule_runner as runner
+from tests.lab.conftest import Lanes
 
 ROLES = runner.ROLES
 
@@ -38,8 +38,8 @@ def test_every_role_has_a_molecule_scenario_from_the_template():
 
 
 @pytest.mark.parametrize("role", [pytest.param(r, marks=pytest.mark.slow) if runner.slow(r) else r for r in ROLES])
-def test_molecule_scenario(role: str, molecule_scenarios: dict[str, Future[tuple[int, str, float]]]):
-    returncode, output, seconds = molecule_scenarios[role].result()
+def test_molecule_scenario(role: str, lanes: Lanes):
+    returncode, output, seconds = lanes.scenarios[role].result()
     print(f"molecule test ({role}): {seconds:.0f} s")
     assert returncode == 0, output[-6000:]
     # Molecule fails the run when the idempotence step finds a change; check that the step and verify did run
