@@ -24,11 +24,15 @@ EXAMPLE_STACKS = sorted(p for p in REPO.glob("Pulumi.*.yaml") if p.name != "Pulu
 TODAY = dt.date(2026, 11, 21)
 
 
-def gpufleet(*args: str, cwd: Path = REPO, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``python -m gpufleet ARGS`` in its own process (no stdin, output captured, never raising on its exit code)."""
+def gpufleet(
+    *args: str, cwd: Path = REPO, timeout: float = 120, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m gpufleet ARGS`` in its own process (no stdin, output captured, never raising on its exit code),
+    in environment ``env`` (by default this one)."""
     return subprocess.run(
         [sys.executable, "-m", "gpufleet", *args],
         cwd=cwd,
+        env=env,
         capture_output=True,
         text=True,
         check=False,

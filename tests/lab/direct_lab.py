@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import gpufleet
 
 PREFIX = "direct"
 
@@ -27,16 +26,7 @@ class DirectRun:
 
 
 def _gpufleet(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpufleet", "lab", *args, "--prefix", PREFIX, "--hosts", "1"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    return gpufleet("lab", *args, "--prefix", PREFIX, "--hosts", "1", timeout=900, env=env)
 
 
 def run(work: Path, base_env: dict[str, str]) -> DirectRun:
