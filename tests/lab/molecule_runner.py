@@ -44,8 +44,8 @@ def may_reboot(role: str) -> bool:
 
 def run_scenario(role: str, work: Path, base_env: dict[str, str]) -> tuple[int, str, float]:
     """Molecule's run of ``role``'s scenario in ``base_env``: the environment as the lab session started, not
-    ``os.environ`` when the scenario's turn comes (a lab test's monkeypatched variable, such as
-    GPUFLEET_LAB_BACKEND=qemu, would otherwise reach the scenarios started during that test)."""
+    ``os.environ`` when the scenario's turn comes (a lab test's monkeypatched variable would otherwise reach the
+    scenarios started during that test)."""
     bin_dir = Path(sys.executable).parent
     env = {
         **base_env,
