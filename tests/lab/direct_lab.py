@@ -20,6 +20,7 @@ class DirectRun:
     up: subprocess.CompletedProcess[str]  # `gpufleet lab up` (its progress lines on stdout)
     status: list[dict]  # `gpufleet lab status --json` while the host runs
     numactl: subprocess.CompletedProcess[str] | None  # `numactl -H` on the host over SSH
+    console: str  # the host's serial console log as `lab status` named it, read while the host runs
     inventory: str  # the inventory `lab up` wrote
     down: subprocess.CompletedProcess[str]  # `gpufleet lab down`
     status_after: subprocess.CompletedProcess[str]  # `gpufleet lab status --json` after it
@@ -39,7 +40,8 @@ def run(work: Path, base_env: dict[str, str]) -> DirectRun:
     try:
         status = json.loads(_gpufleet(env, "status", "--json").stdout or "[]") if up.returncode == 0 else []
         numactl = ssh.run(image.ssh_key(), status[0]["ssh_port"], "numactl -H") if status else None
+        console = Path(status[0]["console"]).read_text(errors="replace") if status else ""
     finally:
         down = _gpufleet(env, "down")
     written = inventory.read_text() if inventory.exists() else ""
-    return DirectRun(up, status, numactl, written, down, _gpufleet(env, "status", "--json"))
+    return DirectRun(up, status, numactl, console, written, down, _gpufleet(env, "status", "--json"))

@@ -497,6 +497,7 @@ def test_lab_without_libvirt_uses_qemu_directly_and_says_redfish_is_unavailable(
     assert "Redfish BMCs are unavailable" in run.up.stdout
     (status,) = run.status
     assert status["power"] == "On" and status["ssh"] and status["backend"] == "qemu"
+    assert "Linux version" in run.console  # the host's serial console
     assert run.numactl is not None and "available: 2 nodes" in run.numactl.stdout
     assert "gpufleet_bmc: null" in run.inventory
     assert run.down.returncode == 0, run.down.stdout + run.down.stderr
