@@ -11,13 +11,21 @@ import hashlib
 import json
 import os
 import platform
+import selectors
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.lab.config import lab_dir
 
-PROBE_SECONDS = 45
+PROBE_SECONDS = 45  # the probe boot's whole limit
+# Under KVM the guest kernel prints its banner ("Linux version ...") on the console about a second after the
+# firmware's lines (it then panics, as asked, in a few more). Where KVM cannot run it (a PVM host), the firmware's
+# lines come and then nothing, with QEMU spinning a core in the host kernel: the probe stops after this long without
+# the banner instead of waiting out PROBE_SECONDS (45 s of a core, twice in a CI run).
+SILENT_S = 10
+BANNER = b"Linux version"
 # The vCPU model under software emulation: QEMU's baseline x86-64 CPU with 1 GiB pages (the hugepages plan reserves
 # 1 GiB pages at boot, which need pdpe1gb). Not ``max``: with every feature QEMU can emulate, the guest kernel
 # initialises AVX2/AES-NI code paths and udev loads a dozen CPU-feature crypto modules (aesni_intel, sha*_ssse3,
@@ -36,7 +44,7 @@ class Accel:
 
     @property
     def tcg_single_thread(self) -> bool:
-        """One TCG thread per VM (see virt.TCG_SINGLE_WRAPPER): faster when the lab's VMs outnumber the cores, as in
+        """One TCG thread per VM (see virt.QEMU_WRAPPER): faster when the lab's VMs outnumber the cores, as in
         ``make test``. ``GPUFLEET_LAB_TCG_THREADS=multi`` gives each vCPU its own thread instead, for one VM with
         parallel work on an otherwise idle machine (``make test-slow``'s DKMS build)."""
         return self.name != "kvm" and os.environ.get("GPUFLEET_LAB_TCG_THREADS", "single") != "multi"
@@ -102,16 +110,38 @@ def _probe(kernel: Path) -> Accel:
         "qemu-system-x86_64", "-machine", "q35", "-accel", "kvm", "-cpu", "host", "-m", "256", "-nographic",
         "-no-reboot", "-nic", "none", "-kernel", str(kernel), "-append", "console=ttyS0 panic=-1",
     ]  # fmt: skip
-    try:
-        # QEMU with -nographic sets O_NONBLOCK on its stdin; a shared one (the caller's /dev/null under CI) would stay
-        # non-blocking for every later process, and ansible-playbook refuses to run with that
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=PROBE_SECONDS)
-        out, err = proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        out, err = exc.stdout or b"", exc.stderr or b""
+    # QEMU with -nographic sets O_NONBLOCK on its stdin; a shared one (the caller's /dev/null under CI) would stay
+    # non-blocking for every later process, and ansible-playbook refuses to run with that
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = _console(proc, PROBE_SECONDS, SILENT_S)
+    silent = BANNER not in out
+    if proc.poll() is None:  # still running: a guest kernel that never started, or one that never panicked
+        proc.kill()
+    err = proc.communicate()[1]
     text = out.decode(errors="replace")
     if "VFS:" in text or "Kernel panic" in text:
         return Accel("kvm", "KVM boots the guest kernel")
     errors = [line for line in err.decode(errors="replace").splitlines() if line.strip()]
     why = f": {errors[0].removeprefix('qemu-system-x86_64: ')}" if errors else ""
+    if silent and not why:
+        why = f": no kernel banner on its console in {SILENT_S} s"
     return Accel("tcg", f"KVM is present but the guest kernel does not boot under it (e.g. a PVM host){why}")
+
+
+def _console(proc: subprocess.Popen[bytes], limit_s: float, silent_s: float) -> bytes:
+    """What the probe guest writes to its console, read until its kernel panics, QEMU exits, ``limit_s`` pass, or
+    ``silent_s`` pass without the kernel's banner."""
+    assert proc.stdout is not None
+    out = b""
+    started = time.monotonic()
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while b"VFS:" not in out and b"Kernel panic" not in out:
+            left = (limit_s if BANNER in out else silent_s) - (time.monotonic() - started)
+            if left <= 0 or not sel.select(timeout=left):
+                break
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:  # QEMU exited
+                break
+            out += chunk
+    return out
