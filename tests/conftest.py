@@ -25,12 +25,12 @@ TODAY = dt.date(2026, 11, 21)
 
 
 def gpufleet(
-    *args: str, cwd: Path = REPO, timeout: float = 120, env: Mapping[str, str] | None = None
+    *args: str, cwd: Path = REPO, timeout: float = 120, env: Mapping[str, str] | None = None, nice: int = 0
 ) -> subprocess.CompletedProcess[str]:
     """``python -m gpufleet ARGS`` in its own process (no stdin, output captured, never raising on its exit code),
-    in environment ``env`` (by default this one)."""
+    in environment ``env`` (by default this one), ``nice`` lower in CPU priority than this one."""
     return subprocess.run(
-        [sys.executable, "-m", "gpufleet", *args],
+        [*(["nice", "-n", str(nice)] if nice else []), sys.executable, "-m", "gpufleet", *args],
         cwd=cwd,
         env=env,
         capture_output=True,

@@ -118,11 +118,20 @@ def _pids(name: str) -> list[int]:
 LAB_DAEMONS = ("resetd", "sushy", "libvirtd", "virtlogd")  # stopped in this order
 
 
+def _at_normal_priority(argv: list[str]) -> list[str]:
+    """``argv`` to start a lab daemon (libvirtd, virtlogd, the Redfish emulator, resetd) at nice 0 also from a lab
+    under ``nice``: the daemons serve every lab of the machine, and libvirtd's QEMUs start at its priority. ``nice``
+    execs the daemon, so its PID is the daemon's."""
+    nice = niceness()
+    return ["nice", "-n", str(-nice), *argv] if nice > 0 else argv
+
+
 def start_daemon(name: str, argv: list[str], ready: Callable[[int], bool], seconds: float) -> int:
     """Start a lab daemon in its own session (output to ``<name>.log`` in the lab directory), record it for
     ``stop_started_daemons``, and wait until ``ready(pid)``. Returns its PID; RuntimeError if it exits or is not
     ready in ``seconds``."""
     log_path = lab_dir() / f"{name}.log"
+    argv = _at_normal_priority(argv)
     with log_path.open("a") as log:
         proc = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
@@ -217,12 +226,12 @@ def ensure_libvirt(progress: Progress) -> None:
         else:
             progress("warning: libvirtd was running before the lab changed qemu.conf; restart it to apply")
     if not _pids("virtlogd"):
-        subprocess.run(["virtlogd", "-d"], check=True, stdin=subprocess.DEVNULL)
+        subprocess.run(_at_normal_priority(["virtlogd", "-d"]), check=True, stdin=subprocess.DEVNULL)
         time.sleep(0.3)
         record_daemon("virtlogd", max(_pids("virtlogd"), default=None))
     if not running:
         progress("starting libvirtd (its first start probes QEMU, ~15 s)")
-        subprocess.run(["libvirtd", "-d"], check=True, stdin=subprocess.DEVNULL)
+        subprocess.run(_at_normal_priority(["libvirtd", "-d"]), check=True, stdin=subprocess.DEVNULL)
         time.sleep(0.5)
         record_daemon("libvirtd", max(_pids("libvirtd"), default=None))
     deadline = time.monotonic() + 180
@@ -240,7 +249,7 @@ Boot = Literal["cold", "template", "restore"]
 SNAPSHOT_TAG = "booted"  # the internal qcow2 snapshot (disk and RAM) a restored host starts from
 
 
-def domain_xml(host: LabHost, accel: Accel, shape: HostShape = SHAPE, boot: Boot = "cold") -> str:
+def domain_xml(host: LabHost, accel: Accel, shape: HostShape = SHAPE, boot: Boot = "cold", nice: int = 0) -> str:
     cells, cpu = [], 0
     per_node = shape.vcpus // len(shape.node_mib)
     for node, mib in enumerate(shape.node_mib):
@@ -266,7 +275,7 @@ def domain_xml(host: LabHost, accel: Accel, shape: HostShape = SHAPE, boot: Boot
   <on_reboot>destroy</on_reboot>
   <on_crash>destroy</on_crash>
   <devices>
-    <emulator>{emulator(accel)}</emulator>
+    <emulator>{emulator(accel, nice)}</emulator>
     <disk type='file' device='disk'>
       <driver name='qemu' type='qcow2' discard='unmap'/>
       <source file='{host.disk}'/>
@@ -329,34 +338,67 @@ QEMU = "/usr/bin/qemu-system-x86_64"
 # setting for ``thread=single``, so TCG domains run QEMU through this wrapper. Measured on 2026-11-25 (2 cores,
 # both lab hosts started together): SSH up after 46-48 s with one thread per VM, 57-61 s with a thread per vCPU
 # (eight threads on two cores, whose cross-vCPU TLB flushes wait for descheduled threads). See docs/lab.md.
-TCG_SINGLE_WRAPPER = """#!/bin/sh
-# written by gpufleet lab (gpufleet/lab/virt.py): QEMU with -accel tcg,thread=single instead of -accel tcg
+QEMU_WRAPPER = """#!/bin/sh
+# written by gpufleet lab (gpufleet/lab/virt.py): QEMU{what}
 for arg in "$@"; do
-  if [ "$prev" = "-accel" ] && [ "$arg" = "tcg" ]; then arg="tcg,thread=single"; fi
+  if [ "$prev" = "-accel" ] && [ "$arg" = "tcg" ]; then arg="{tcg}"; fi
   set -- "$@" "$arg"
   shift
   prev="$arg"
 done
-exec {qemu} "$@"
+{autogroup}exec {nice}{qemu} "$@"
 """
+# Under autogroup scheduling (Linux's /proc/sys/kernel/sched_autogroup_enabled, on in Debian's and many VMs' kernels)
+# a nice value counts only within its session's group, and libvirt starts each QEMU in a session of its own (a
+# double fork: the session's leader is gone, its parent is init). The wrapper gives that group the nice value too,
+# only when its session is not its parent's: never a group it shares with whoever started it.
+AUTOGROUP_NICE = (
+    'sid=$(cut -d" " -f6 /proc/$$/stat); parent=$(cut -d" " -f4 /proc/$$/stat)\n'
+    'if [ -w /proc/$$/autogroup ] && [ "$sid" != "$(cut -d" " -f6 /proc/"$parent"/stat)" ]; then\n'
+    "  echo {n} > /proc/$$/autogroup\n"
+    "fi\n"
+)
 
 
-def emulator(accel: Accel) -> str:
-    """The QEMU binary a domain runs: the one-thread wrapper (``define`` writes it) under TCG unless
-    ``GPUFLEET_LAB_TCG_THREADS=multi``, QEMU itself otherwise."""
-    return str(lab_dir() / "qemu-tcg-single") if accel.tcg_single_thread else QEMU
+def niceness() -> int:
+    """This process's CPU priority (its nice value). A lab brought up under ``nice`` runs its VMs at that priority
+    (``define``), so that they yield the CPU to other work: the lab tests' lanes run so beside TestLab."""
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def emulator(accel: Accel, nice: int = 0) -> str:
+    """The QEMU binary a domain runs: a wrapper (``define`` writes it) that runs QEMU with one TCG thread (under TCG
+    unless ``GPUFLEET_LAB_TCG_THREADS=multi``) and at CPU priority ``nice`` (above 0); QEMU itself otherwise."""
+    name = ("qemu-tcg-single" if accel.tcg_single_thread else "qemu") + (f"-nice{nice}" if nice > 0 else "")
+    return QEMU if name == "qemu" else str(lab_dir() / name)
+
+
+def _wrapper(accel: Accel, nice: int) -> str:
+    what = (" with -accel tcg,thread=single instead of -accel tcg" if accel.tcg_single_thread else "") + (
+        f" at nice {nice}" if nice > 0 else ""
+    )
+    tcg = "tcg,thread=single" if accel.tcg_single_thread else "tcg"
+    nice_cmd = f"nice -n {nice} " if nice > 0 else ""
+    autogroup = AUTOGROUP_NICE.replace("{n}", str(nice)) if nice > 0 else ""
+    fields = {"{what}": what, "{tcg}": tcg, "{autogroup}": autogroup, "{nice}": nice_cmd, "{qemu}": QEMU}
+    text = QEMU_WRAPPER
+    for field, value in fields.items():
+        text = text.replace(field, value)
+    return text
 
 
 def define(host: LabHost, accel: Accel, boot: Boot = "cold") -> None:
-    """Define (or redefine) ``host``'s domain to start as ``boot`` (Boot) next; a running domain keeps its
-    devices until then."""
-    if accel.tcg_single_thread:
-        wrapper, text = Path(emulator(accel)), TCG_SINGLE_WRAPPER.replace("{qemu}", QEMU)
-        if not wrapper.exists() or wrapper.read_text() != text:
-            wrapper.write_text(text)
-            wrapper.chmod(0o755)
+    """Define (or redefine) ``host``'s domain to start as ``boot`` (Boot) next, at this process's CPU priority
+    (:func:`niceness`); a running domain keeps its devices until then."""
+    nice = max(0, niceness())
+    wrapper = emulator(accel, nice)
+    if wrapper != QEMU:
+        text = _wrapper(accel, nice)
+        if not Path(wrapper).exists() or Path(wrapper).read_text() != text:
+            Path(wrapper).write_text(text)
+            Path(wrapper).chmod(0o755)
     path = host.disk.parent / "domain.xml"
-    path.write_text(domain_xml(host, accel, boot=boot))
+    path.write_text(domain_xml(host, accel, boot=boot, nice=nice))
     virsh("define", str(path))
 
 

@@ -72,7 +72,9 @@ def lanes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     with the default (the lab without libvirt last). Under software emulation the lab is bound by guest CPU: one
     VM beside TestLab's two hosts keeps both cores busy for the whole run, where two at a time over-subscribed its
     first half and left its last third to TestLab's hosts alone, often one core idle (2026-11-28: 97% of the CPU
-    used in the first 12.6 min, 55% after). With ``GPUFLEET_MOLECULE_JOBS=1`` everything runs in one lane. Each
+    used in the first 12.6 min, 55% after). The lanes run at a lower CPU priority (molecule_runner.LANE_NICE, their
+    VMs too): TestLab's chain of steps is the longest, and the lanes take the CPU its hosts leave. With
+    ``GPUFLEET_MOLECULE_JOBS=1`` everything runs in one lane. Each
     scenario's host is its own lab (prefix ``mol<role>``); test_molecule.py and the lab without libvirt's test
     wait for the results, and each is timed as its own work."""
     from gpufleet.lab import ensure_booted_snapshot

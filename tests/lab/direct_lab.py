@@ -1,6 +1,7 @@
 """The lab without libvirt (QEMU directly), driven through the CLI as a user would with
 ``GPUFLEET_LAB_BACKEND=qemu``: one host up, its status, a command on it, down. tests/lab/conftest.py runs it in the
-VM lane beside TestLab (a process of its own, so its environment never reaches the other lab tests) and
+VM lane beside TestLab (processes of its own, so its environment never reaches the other lab tests, at the lanes'
+CPU priority: molecule_runner.LANE_NICE) and
 test_lab.py::test_lab_without_libvirt_uses_qemu_directly_and_says_redfish_is_unavailable checks what it saw."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.conftest import gpufleet
+from tests.lab.molecule_runner import LANE_NICE
 
 PREFIX = "direct"
 
@@ -27,7 +29,7 @@ class DirectRun:
 
 
 def _gpufleet(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return gpufleet("lab", *args, "--prefix", PREFIX, "--hosts", "1", timeout=900, env=env)
+    return gpufleet("lab", *args, "--prefix", PREFIX, "--hosts", "1", timeout=900, env=env, nice=LANE_NICE)
 
 
 def run(work: Path, base_env: dict[str, str]) -> DirectRun:

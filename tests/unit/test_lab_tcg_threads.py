@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 from gpufleet.lab import virt
 from gpufleet.lab.accel import Accel
@@ -53,18 +55,62 @@ def _host(tmp_path):
     return virt.LabHost("lab-1", "uuid-1", 22221, d / "disk.qcow2", d / "serial.log")
 
 
-def test_the_wrapper_runs_qemu_with_one_tcg_thread(tmp_path):
-    """The libvirt domains' emulator under TCG (virt.TCG_SINGLE_WRAPPER) turns -accel tcg into tcg,thread=single
-    and passes every other argument as it was (a stand-in QEMU prints what it got)."""
+def _wrapper(tmp_path, monkeypatch, accel: Accel, nice: int):
+    """``define``'s wrapper for ``accel`` and ``nice``, around a stand-in QEMU that prints its nice value and its
+    arguments."""
     fake = tmp_path / "qemu"
-    fake.write_text('#!/bin/sh\nprintf "%s|" "$@"\n')
+    fake.write_text(
+        '#!/bin/sh\nprintf "%s|" "$(nice)" "$@"\n[ "$1" != autogroup ] || printf "%s|" "$(cat /proc/$$/autogroup)"\n'
+    )
     fake.chmod(0o755)
-    wrapper = tmp_path / "qemu-tcg-single"
-    wrapper.write_text(virt.TCG_SINGLE_WRAPPER.replace("{qemu}", str(fake)))
+    monkeypatch.setattr(virt, "QEMU", str(fake))
+    wrapper = tmp_path / "wrapper"
+    wrapper.write_text(virt._wrapper(accel, nice))
     wrapper.chmod(0o755)
-    argv = ["-name", "guest=x,debug-threads=on", "-accel", "tcg", "-m", "64", "-append", "a b"]
+    return wrapper
+
+
+def _run(wrapper, argv: list[str]) -> list[str]:
     out = subprocess.run(
         [str(wrapper), *argv], capture_output=True, text=True, timeout=60, check=True, stdin=subprocess.DEVNULL
     ).stdout
-    assert out.split("|")[:-1] == ["-name", "guest=x,debug-threads=on", "-accel", "tcg,thread=single", "-m", "64",
-                                   "-append", "a b"]  # fmt: skip
+    return out.split("|")[:-1]
+
+
+ARGV = ["-name", "guest=x,debug-threads=on", "-accel", "tcg", "-m", "64", "-append", "a b"]
+
+
+def test_the_wrapper_runs_qemu_with_one_tcg_thread(tmp_path, monkeypatch):
+    """The libvirt domains' emulator under TCG (virt.QEMU_WRAPPER) turns -accel tcg into tcg,thread=single
+    and passes every other argument as it was (a stand-in QEMU prints what it got), at the caller's priority."""
+    monkeypatch.delenv("GPUFLEET_LAB_TCG_THREADS", raising=False)
+    got = _run(_wrapper(tmp_path, monkeypatch, TCG, 0), ARGV)
+    assert got == [str(os.getpriority(os.PRIO_PROCESS, 0)), "-name", "guest=x,debug-threads=on", "-accel",
+                   "tcg,thread=single", "-m", "64", "-append", "a b"]  # fmt: skip
+
+
+def test_a_lab_brought_up_under_nice_runs_its_vms_at_that_priority(tmp_path, monkeypatch):
+    """`define` in a process at nice 5 (the lab tests' lanes) gives the domain a wrapper that starts QEMU 5 lower
+    than libvirtd (which the lab starts at its own priority, never a lane's): one TCG thread as before."""
+    monkeypatch.delenv("GPUFLEET_LAB_TCG_THREADS", raising=False)
+    monkeypatch.setenv("GPUFLEET_CACHE", str(tmp_path))
+    assert virt.emulator(TCG, 5) == str(tmp_path / "lab" / "qemu-tcg-single-nice5")
+    assert f"<emulator>{virt.emulator(TCG, 5)}</emulator>" in virt.domain_xml(_host(tmp_path), TCG, nice=5)
+    assert virt.emulator(KVM, 5) == str(tmp_path / "lab" / "qemu-nice5") and virt.emulator(KVM) == virt.QEMU
+    wrapper = _wrapper(tmp_path, monkeypatch, TCG, 5)
+    got = _run(wrapper, ARGV)
+    assert int(got[0]) == os.getpriority(os.PRIO_PROCESS, 0) + 5 and got[1:] == [
+        "-name", "guest=x,debug-threads=on", "-accel", "tcg,thread=single", "-m", "64", "-append", "a b"
+    ]  # fmt: skip
+    own = Path("/proc/self/autogroup")
+    if own.exists():  # autogroup scheduling: nice counts within a session's group; libvirt gives QEMU a session
+        before = own.read_text()
+        group = subprocess.run(
+            ["setsid", "-w", str(wrapper), "autogroup"], capture_output=True, text=True, timeout=60, check=True,
+            stdin=subprocess.DEVNULL,
+        ).stdout.split("|")[-2]  # fmt: skip
+        assert group.endswith(" nice 5"), group  # the new session's group, at the VM's nice
+        assert own.read_text() == before  # run in this session above: its shared group was left alone
+    monkeypatch.setenv("GPUFLEET_LAB_TCG_THREADS", "multi")  # QEMU's own TCG threads, still at nice 5
+    got = _run(_wrapper(tmp_path, monkeypatch, TCG, 5), ARGV)
+    assert int(got[0]) == os.getpriority(os.PRIO_PROCESS, 0) + 5 and got[1:] == ARGV
