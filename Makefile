@@ -66,14 +66,13 @@ lint-yaml:
 lint-ansible:
 	$(BIN)/ansible-lint -q
 
-# Fast tests first (on every core; tests/ansible first, whose two verify.yml runs on a dozen stand-in hosts take 1-2
-# minutes of one core each: handed out last, they left the other core idle at the end), then the lab (real VMs: the image is built once and cached in
+# Fast tests first (on every core), then the lab (real VMs: the image is built once and cached in
 # ~/.cache/gpufleet/lab; its tests share hosts in order, so they run in one process). The lab run ends with the
 # tests that took over a minute, and make test with the lab's steps against their budget (tests/lab/budget.yaml),
 # also when a lab test failed. A step over budget is named, not failed: timings vary with the machine's load, and
 # make bench counts it as a missed target.
 test: setup lint
-	$(BIN)/python -m pytest -n auto -m "not slow" tests/ansible tests/infra tests/unit
+	$(BIN)/python -m pytest -n auto -m "not slow" tests/unit tests/infra tests/ansible
 	$(BIN)/python -m pytest -m "not slow" --durations=0 --durations-min=60 tests/lab || { $(BIN)/gpufleet lab budget; exit 1; }
 	@$(BIN)/python -c "import time; from pathlib import Path; from gpufleet.lab.job import record; \
 	  s = time.time() - $(STARTED); record('make-test', {'total_seconds': round(s)}, Path('.')); \
