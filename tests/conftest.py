@@ -66,7 +66,8 @@ def shared(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Shared:
 
     For the module fixtures that cost seconds (an ansible-playbook run): pytest-xdist may hand a module's tests to
     more than one worker, and each would make the fixture again. Here the first worker that asks makes it, in a
-    directory every worker can read; the others wait for it (a lock on NAME.lock) and read its result."""
+    directory every worker can read; the others wait for it (a lock on NAME.lock) and read its result. make test
+    hands out whole modules (``--dist loadfile``), so the lock is a guard, not a wait."""
 
     def get(name: str, make: Callable[[Path], Any]) -> Any:
         if worker_id == "master":  # no xdist: this process is the session
