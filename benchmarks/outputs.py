@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 300
 sys.path.insert(0, str(REPO))
 from tests.charts import CHARTS_DIR  # noqa: E402  (the pinned charts the tests use, when any are found)
+from tests.conftest import gpufleet  # noqa: E402  (python -m gpufleet, no stdin, output captured)
 
 
 def example_stacks(tree: Path) -> list[str]:
@@ -59,16 +60,7 @@ def run(tree: Path, args: list[str]) -> str:
     env = os.environ | {"PYTHONPATH": str(tree), "COLUMNS": "120", "NO_COLOR": "1"}
     if CHARTS_DIR is not None:
         env["GPUFLEET_CHARTS_DIR"] = str(CHARTS_DIR)
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpufleet", *args],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=TIMEOUT_S,
-    )
+    proc = gpufleet(*args, cwd=tree, env=env, timeout=TIMEOUT_S)
     return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}--- stderr\n{proc.stderr}"
 
 
