@@ -23,29 +23,32 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 300
 sys.path.insert(0, str(REPO))
+from gpufleet.spec import stack_files  # noqa: E402
+from gpufleet.spec.load import stack_name_from_file  # noqa: E402
 from tests.charts import CHARTS_DIR  # noqa: E402  (the pinned charts the tests use, when any are found)
 from tests.conftest import gpufleet  # noqa: E402  (python -m gpufleet, no stdin, output captured)
 
 
 def example_stacks(tree: Path) -> list[str]:
     """The example stacks of ``tree``: the root's by name, those under examples/ by path (as the CLI takes them)."""
-    root = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in tree.glob("Pulumi.*.yaml") if p.name != "Pulumi.yaml")
+    root = [stack_name_from_file(p) for p in stack_files(tree)]
     return root + sorted(str(p.relative_to(tree)) for p in tree.glob("examples/*/Pulumi.*.yaml"))
 
 
-def commands(stack: str, out: Path) -> Iterator[tuple[str, list[str]]]:
+def commands(stack: str, out: Path) -> list[tuple[str, list[str]]]:
     """(name, gpufleet arguments) of each command kept for ``stack``; render writes its files below ``out``."""
-    yield "plan", ["plan", stack, "--json"]
-    yield "render", ["render", stack, "-o", str(out / "render"), "--json"]
-    yield "cost", ["cost", stack, "--json"]
-    yield "audit", ["audit", stack, "--json"]
-    yield "inventory", ["inventory", stack]
+    return [
+        ("plan", ["plan", stack, "--json"]),
+        ("render", ["render", stack, "-o", str(out / "render"), "--json"]),
+        ("cost", ["cost", stack, "--json"]),
+        ("audit", ["audit", stack, "--json"]),
+        ("inventory", ["inventory", stack]),
+    ]
 
 
 MIG = [
@@ -73,10 +76,11 @@ def snapshot(tree: Path, out: Path, stacks: list[str] | None = None, progress=pr
     for stack in stacks if stacks is not None else example_stacks(tree):
         folder = out / stack.replace("/", "--")
         folder.mkdir()
-        for name, args in commands(stack, folder):
+        kept = commands(stack, folder)
+        for name, args in kept:
             (folder / f"{name}.txt").write_text(run(tree, args).replace(str(folder), "OUT"))
-            count += 1
-        progress(f"  {stack}: {len(list(commands(stack, folder)))} commands")
+        count += len(kept)
+        progress(f"  {stack}: {len(kept)} commands")
     if stacks is None:
         for name, args in MIG:
             (out / f"{name}.txt").write_text(run(tree, args))
@@ -120,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             # the inventories `gpufleet lab up` writes are not tracked: the worktree reads this tree's
             for written in REPO.glob("inventories/*/hosts.yml"):
-                if not (worktree / written.relative_to(REPO)).exists():
-                    (worktree / written.relative_to(REPO)).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(written, worktree / written.relative_to(REPO))
+                there = worktree / written.relative_to(REPO)
+                if not there.exists():
+                    there.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(written, there)
             print(f"before ({args.rev}):")
             snapshot(worktree, Path(tmp) / "out-before")
             print("after (this tree):")
