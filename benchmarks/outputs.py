@@ -68,10 +68,12 @@ def run(tree: Path, args: list[str]) -> str:
 
 
 def snapshot(tree: Path, out: Path, stacks: list[str] | None = None, progress=print) -> int:
-    """Write the outputs of ``tree``'s code into ``out`` (emptied first): a folder per stack (``/`` of a path as
-    ``--``), a file per command, render's files below ``render/``. Returns how many commands ran."""
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+    """Write the outputs of ``tree``'s code into ``out`` (a new or empty folder: nothing in it is removed): a folder
+    per stack (``/`` of a path as ``--``), a file per command, render's files below ``render/``. Returns how many
+    commands ran."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out} exists and is not an empty folder: give a new one")
+    out.mkdir(parents=True, exist_ok=True)
     count = 0
     for stack in stacks if stacks is not None else example_stacks(tree):
         folder = out / stack.replace("/", "--")
@@ -114,13 +116,20 @@ def main(argv: list[str] | None = None) -> int:
     comp.add_argument("rev", help="a git revision, e.g. main or HEAD~3")
     args = parser.parse_args(argv)
     if args.command == "snapshot":
-        print(f"{snapshot(REPO, args.dir)} commands' outputs in {args.dir}")
+        try:
+            print(f"{snapshot(REPO, args.dir)} commands' outputs in {args.dir}")
+        except FileExistsError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         return 0
     with tempfile.TemporaryDirectory(prefix="gpufleet-outputs-") as tmp:
         worktree = Path(tmp) / "before"
         git = ["git", "-C", str(REPO)]
-        subprocess.run([*git, "worktree", "add", "--detach", "-q", str(worktree), args.rev], check=True,
-                       stdin=subprocess.DEVNULL)  # fmt: skip
+        added = subprocess.run([*git, "worktree", "add", "--detach", "-q", str(worktree), args.rev],
+                               capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)  # fmt: skip
+        if added.returncode != 0:
+            print(f"error: no worktree of {args.rev}: {added.stderr.strip()}", file=sys.stderr)
+            return 2
         try:
             # the inventories `gpufleet lab up` writes are not tracked: the worktree reads this tree's
             for written in REPO.glob("inventories/*/hosts.yml"):
