@@ -13,8 +13,8 @@ PROGRAM = "import sys; from tests.infra.harness import run_program; run_program(
 
 
 def largest_example() -> str:
-    from gpufleet.spec import load_stack, stack_files
-    from gpufleet.spec.load import stack_name_from_file
+    from gpufleet.spec.files import stack_files
+    from gpufleet.spec.load import load_stack, stack_name_from_file
 
     sizes = {}
     for path in stack_files(REPO):

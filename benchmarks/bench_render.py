@@ -12,8 +12,8 @@ from benchmarks.common import REPO, Figure
 def run() -> list[Figure]:
     from gpufleet import charts
     from gpufleet.catalog import load_catalog
-    from gpufleet.plan import plan_stack
-    from gpufleet.spec import load_stack
+    from gpufleet.plan.build import plan_stack
+    from gpufleet.spec.load import load_stack
     from tests.charts import CHARTS_DIR
 
     if CHARTS_DIR is None:

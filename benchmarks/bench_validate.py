@@ -16,7 +16,7 @@ def run() -> list[Figure]:
     argv = [str(cli)] if cli.exists() else [sys.executable, "-m", "gpufleet"]
     times = time_process([*argv, "validate", *STACKS])
     from gpufleet.catalog import load_catalog
-    from gpufleet.spec import load_stack
+    from gpufleet.spec.load import load_stack
 
     start_catalog = time_call(lambda: (load_catalog.cache_clear(), load_catalog()), runs=5)
     catalog = load_catalog()

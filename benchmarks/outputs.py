@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 300
 sys.path.insert(0, str(REPO))
-from gpufleet.spec import stack_files  # noqa: E402
+from gpufleet.spec.files import stack_files  # noqa: E402
 from gpufleet.spec.load import stack_name_from_file  # noqa: E402
 from tests.charts import CHARTS_DIR  # noqa: E402  (the pinned charts the tests use, when any are found)
 from tests.conftest import gpufleet  # noqa: E402  (python -m gpufleet, no stdin, output captured)

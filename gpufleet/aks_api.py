@@ -12,13 +12,11 @@ feeds the typed SDK resource for pools the SDK's API can describe, so each value
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, fields
+from typing import Any, Literal
 
 from gpufleet.catalog.aks import AksCatalog, ApiLevel
-
-if TYPE_CHECKING:  # the plan's types, for type checking only (the plan imports this module)
-    from gpufleet.plan.model import PoolPlan
+from gpufleet.plan.model import PoolApi, PoolPlan
 
 # The subsets of the API's enums gpufleet sends (names as in the REST spec's definitions).
 AgentPoolMode = Literal["User"]
@@ -134,25 +132,6 @@ class AgentPoolProperties:
         if vnet_subnet_id is not None:
             out[_camel("vnet_subnet_id")] = vnet_subnet_id
         return out
-
-
-@dataclass(frozen=True)
-class PoolApi:
-    """How a pool reaches AKS: ``level`` sdk (the typed SDK resource) or stable/preview (the generic ARM resource at
-    ``version``), and the fields that need that level, with the reason."""
-
-    level: ApiLevel
-    version: str
-    needs: tuple[str, ...] = field(default=())
-
-    @property
-    def preview(self) -> bool:
-        return self.level == "preview"
-
-    @property
-    def generic(self) -> bool:
-        """The pool goes through ``resources.Resource`` (its API is newer than the SDK's)."""
-        return self.level != "sdk"
 
 
 def agent_pool_properties(pool: PoolPlan) -> AgentPoolProperties:

@@ -66,7 +66,7 @@ from gpufleet.labels import (
 from gpufleet.mig.outputs import DISABLED_CONFIG
 from gpufleet.monitoring import monitoring_objects
 from gpufleet.node_remediation import BMC_SECRET_PREFIX, MONITOR_FILE, NodeRemediationPlan, node_remediation_plan
-from gpufleet.plan import StackPlan
+from gpufleet.plan.model import StackPlan
 from gpufleet.queues import KueuePlan, kueue_plan
 from gpufleet.scheduling import NodeShape, Placement, Taint, why_not
 

@@ -35,9 +35,9 @@ from gpufleet.labels import (
     VGPU_CONFIG_LABEL,
 )
 from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG, cluster_strategy, dump_yaml, with_disabled
+from gpufleet.plan.model import ChartRelease, GpuWorkload, HostGroupPlan, OperatorCr, PoolPlan
 
 if TYPE_CHECKING:
-    from gpufleet.plan.model import HostGroupPlan, PoolPlan
     from gpufleet.spec.models import Advertiser, Vgpu, Virtualization
     from gpufleet.spec.models import GpuSoftware as GpuSoftwareSettings
 
@@ -51,16 +51,12 @@ DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
 
 MigStrategy = Literal["single", "mixed"]
 SharingMode = Literal["time-slicing", "mps"]
-# What a GPU node's GPUs serve, as the GPU Operator's sandbox workloads name it (nvidia.com/gpu.workload.config)
-GpuWorkload = Literal["container", "vm-passthrough", "vm-vgpu"]
+# What a GPU node's GPUs serve (gpufleet.plan.model.GpuWorkload)
 CONTAINER_WORKLOAD: GpuWorkload = "container"
 # gpufleet's VMs are KubeVirt's (sandboxWorkloads.mode; the other mode, kata, runs containers in VMs)
 SANDBOX_MODE = "kubevirt"
 
-# How the GPU Operator is configured: a ClusterPolicy (the device plugin stack) or a GPUCluster (the DRA stack); the
-# v26.7.0 chart renders one of them (clusterPolicy.deployCR / gpuCluster.deployCR, and fails with both). gpufleet
-# derives it from the advertisers (docs/architecture.md, Decisions).
-OperatorCr = Literal["ClusterPolicy", "GPUCluster"]
+# The GPU Operator's custom resource (gpufleet.plan.model.OperatorCr)
 CLUSTER_POLICY: OperatorCr = "ClusterPolicy"
 GPU_CLUSTER: OperatorCr = "GPUCluster"
 
@@ -535,24 +531,6 @@ def label_patch(chart: str, labels: Mapping[str, str]) -> dict[str, str | None]:
 
 
 # -- the release a stack installs ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ChartRelease:
-    """A Helm release of the stack's GPU software, computed without Pulumi or Ansible: the Pulumi program installs
-    it, ``gpufleet render`` renders it with helm, the roles install it (bare metal), the tests check it."""
-
-    chart: str  # gpu-operator or nvidia-device-plugin
-    version: str  # as the chart's repository lists it (chart_version)
-    repository: str
-    namespace: str
-    values: dict[str, Any]
-    namespace_labels: dict[str, str] | None = None  # the release's namespace gets them when it is created
-
-    @property
-    def name(self) -> str:
-        """The release name (the chart's name, as the roles and the Pulumi program install it)."""
-        return self.chart
 
 
 def chart_release(

@@ -20,13 +20,14 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+from gpufleet.spec.types import Action
 
 if TYPE_CHECKING:
     from gpufleet.spec.models import Remediation
 
-Action = Literal["none", "cordon", "gpu-reset", "reboot", "power-cycle"]
-ACTIONS: tuple[Action, ...] = ("none", "cordon", "gpu-reset", "reboot", "power-cycle")  # mildest first
+ACTIONS: tuple[Action, ...] = get_args(Action)  # mildest first
 RECOVERING: frozenset[Action] = frozenset({"gpu-reset", "reboot", "power-cycle"})  # brings the host back itself
 # NVIDIA's immediate resolution -> gpufleet's action (anything else: cordon, for a person)
 BY_RESOLUTION: dict[str, Action] = {

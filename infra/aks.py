@@ -20,7 +20,7 @@ from pulumi_azure_native import monitor, network, operationalinsights, resources
 
 from gpufleet.aks_api import AgentPoolProperties, PoolApi, agent_pool_properties
 from gpufleet.nap import nap_objects
-from gpufleet.plan import ClusterPlan, PoolPlan
+from gpufleet.plan.model import ClusterPlan, PoolPlan
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,10 @@ from gpufleet.bmc import ExpectedHardware
 from gpufleet.catalog import Catalog, load_catalog
 from gpufleet.inventory import from_hosts, host_entry
 from gpufleet.metal3 import hosts_from_stack
-from gpufleet.plan import StackPlan, plan_stack
-from gpufleet.spec import StackNotFound, load_stack, resolve_stack
+from gpufleet.plan.build import plan_stack
+from gpufleet.plan.model import StackPlan
+from gpufleet.spec.files import StackNotFound, resolve_stack
+from gpufleet.spec.load import load_stack
 from gpufleet.spec.models import BaremetalHost
 from infra.aks import ClusterArgs, GpuPool, GpuPoolArgs, NapPool, NapPoolArgs, RegionalGpuCluster
 from infra.baremetal import secret_config

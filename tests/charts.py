@@ -20,8 +20,9 @@ from ruamel.yaml import YAML
 
 from gpufleet import charts
 from gpufleet.gpu_software import GPU_OPERATOR_CHART
-from gpufleet.plan import plan_stack
-from gpufleet.spec import Stack, load_stack_text
+from gpufleet.plan.build import plan_stack
+from gpufleet.spec.load import load_stack_text
+from gpufleet.spec.models import Stack
 from tests.conftest import REPO, TODAY
 
 REFERENCE_CHARTS = REPO.parent / "shared" / "reference" / "charts"

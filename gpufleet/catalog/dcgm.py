@@ -1,8 +1,10 @@
-"""The DCGM exporter facts of the catalog (``dcgm_metrics.yaml``): the metrics gpufleet turns on, the labels the
-exporter puts on its series, and how the GPU Operator's and AKS's exporters are reached. Typed, loaded once."""
+"""The DCGM facts of the catalog: the exporter's (``dcgm_metrics.yaml``: the metrics gpufleet turns on, the labels
+the exporter puts on its series, and how the GPU Operator's and AKS's exporters are reached) and ``dcgmi diag``'s
+run levels (``dcgm_diag.yaml``). Typed, loaded once."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
@@ -71,3 +73,22 @@ class DcgmCatalog(_Frozen):
 def load_dcgm_catalog() -> DcgmCatalog:
     """The packaged DCGM exporter facts, parsed once per process."""
     return DcgmCatalog.model_validate(read_catalog_yaml("dcgm_metrics.yaml"))
+
+
+@dataclass(frozen=True)
+class DiagLevel:
+    """One of ``dcgmi diag -r``'s run levels: its number, its alias and how long NVIDIA says it normally lasts."""
+
+    level: int
+    name: str
+    lasts: str
+
+    def __str__(self) -> str:
+        return f"level {self.level} ({self.name}, {self.lasts})"
+
+
+@lru_cache(maxsize=1)
+def diag_levels() -> dict[int, DiagLevel]:
+    """DCGM's run levels (gpufleet/catalog/dcgm_diag.yaml), by number."""
+    return {int(x["level"]): DiagLevel(int(x["level"]), str(x["name"]), str(x["lasts"]))
+            for x in read_catalog_yaml("dcgm_diag.yaml")["levels"]}  # fmt: skip

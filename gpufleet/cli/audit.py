@@ -10,7 +10,7 @@ from gpufleet.cli.common import EXIT_INVALID, JsonOpt, RootOpt, StackArg, emit_j
 
 if TYPE_CHECKING:
     from gpufleet.baseline import Audit
-    from gpufleet.spec import LoadedStack
+    from gpufleet.spec.load import LoadedStack
 
 STYLE = {"pass": "green", "waived": "yellow", "fail": "red"}
 
@@ -25,7 +25,7 @@ def audit(stack: StackArg, as_json: JsonOpt = False, root: RootOpt = None) -> No
     """
     from gpufleet.baseline import audit as audit_plan
     from gpufleet.catalog import load_catalog
-    from gpufleet.plan import plan_stack
+    from gpufleet.plan.build import plan_stack
 
     loaded = loaded_or_exit(stack, root, as_json, "nothing audited")
     assert loaded.stack is not None

@@ -76,14 +76,14 @@ def usage_error(message: str) -> typer.Exit:
 
 def project_root(root: Path | None) -> Path:
     """``--root``, else the nearest directory upward holding Pulumi.yaml."""
-    from gpufleet.spec import find_project_root
+    from gpufleet.spec.files import find_project_root
 
     return (root or find_project_root()).resolve()
 
 
 def resolve_or_exit(ref: str, root: Path | None) -> Path:
     """The stack file a name (``prod-westeurope``) or path names; exit 2 when there is none."""
-    from gpufleet.spec import StackNotFound, resolve_stack
+    from gpufleet.spec.files import StackNotFound, resolve_stack
 
     try:
         return resolve_stack(ref, project_root(root))
@@ -103,7 +103,7 @@ def loaded_or_exit(
     ref: str, root: Path | None, as_json: bool = False, consequence: str = "nothing done"
 ) -> LoadedStack:
     """Like :func:`load_or_exit`, with the file's positions (``LoadedStack.place`` puts a key path at its line)."""
-    from gpufleet.spec import load_stack
+    from gpufleet.spec.load import load_stack
 
     loaded = load_stack(resolve_or_exit(ref, root))
     if loaded.stack is None:

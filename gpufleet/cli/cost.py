@@ -48,7 +48,8 @@ def cost(
     """
     from gpufleet.catalog import load_catalog
     from gpufleet.cost import stack_cost
-    from gpufleet.spec import load_stack, stack_files
+    from gpufleet.spec.files import stack_files
+    from gpufleet.spec.load import load_stack
 
     if every and stacks:
         raise usage_error("name stacks or give --all, not both")

@@ -39,7 +39,7 @@ def _fail(message: str) -> typer.Exit:
 def _inventory_file(stack: Stack, project: Path) -> Path:
     """The file ``baremetal.inventory`` names: the file itself, or hosts.yml in that directory."""
     from gpufleet.lab.config import LAB_STACK
-    from gpufleet.spec import display_path
+    from gpufleet.spec.files import display_path
 
     assert stack.baremetal is not None
     base = project / stack.baremetal.inventory
@@ -59,7 +59,7 @@ def _inventory_file(stack: Stack, project: Path) -> Path:
 
 def _from_file(stack: Stack, project: Path, as_json: bool) -> tuple[Inventory, str]:
     from gpufleet.inventory import InventoryError, inventory_from_document
-    from gpufleet.spec import display_path
+    from gpufleet.spec.files import display_path
     from gpufleet.yamldoc import plain, read_yaml
 
     assert stack.baremetal is not None

@@ -25,7 +25,7 @@ from gpufleet.cli.common import (
 
 if TYPE_CHECKING:
     from gpufleet.cost import StackCost
-    from gpufleet.plan import PoolPlan, StackPlan
+    from gpufleet.plan.model import PoolPlan, StackPlan
 
 
 def validate(
@@ -40,7 +40,8 @@ def validate(
 
     Exit 0 when all stacks are valid, 1 when any is invalid.
     """
-    from gpufleet.spec import load_stack, stack_files
+    from gpufleet.spec.files import stack_files
+    from gpufleet.spec.load import load_stack
 
     project = project_root(root)
     if stacks:
@@ -79,7 +80,7 @@ def plan(
     node, MIG instances per node, derived labels) and bare-metal host groups."""
     from gpufleet.catalog import load_catalog
     from gpufleet.cost import stack_cost
-    from gpufleet.plan import plan_stack
+    from gpufleet.plan.build import plan_stack
 
     loaded = load_or_exit(stack, root, as_json, "nothing planned")
     catalog = load_catalog()
@@ -129,7 +130,7 @@ def render(
     from gpufleet.catalog import load_catalog
     from gpufleet.cost import stack_cost
     from gpufleet.gpu_software import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART
-    from gpufleet.plan import plan_stack
+    from gpufleet.plan.build import plan_stack
 
     if chart not in (None, GPU_OPERATOR_CHART, DEVICE_PLUGIN_CHART):
         raise usage_error(f"--chart {chart!r}: use {GPU_OPERATOR_CHART} or {DEVICE_PLUGIN_CHART}")

@@ -30,7 +30,8 @@ topology_app = typer.Typer(
 
 def _tuning_profile(name: str, stack: str | None, root: Path | None) -> Any:
     """A named tuning profile: from ``stack``, or the one definition the project's stacks agree on."""
-    from gpufleet.spec import load_stack, stack_files
+    from gpufleet.spec.files import stack_files
+    from gpufleet.spec.load import load_stack
     from gpufleet.spec.models import DEFAULT_TUNING_PROFILE, TuningProfile
 
     found: dict[str, Any] = {}

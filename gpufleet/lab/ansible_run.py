@@ -69,7 +69,7 @@ def run_playbook(
 ) -> PlaybookResult:
     """``strategy`` overrides ansible.cfg's (``linear``: Ansible's own, without Mitogen)."""
     if repo is None:  # the project root (its ansible.cfg), also for playbooks under ansible/playbooks/
-        from gpufleet.spec import find_project_root
+        from gpufleet.spec.files import find_project_root
 
         repo = find_project_root(playbook.resolve().parent)
     bin_dir = Path(sys.executable).parent

@@ -166,7 +166,8 @@ def host_report(name: str, port: int, key: Path, profile: Any, driver_branch: st
 def lab_report(inventory: Path, stack_name: str, project: Path) -> list[HostReport]:
     """A report per host of the lab inventory, against the plan of the stack's tuning profile (the stack is the
     project's: the inventory may be written anywhere, e.g. by ``lab run --inventory``)."""
-    from gpufleet.spec import load_stack, resolve_stack
+    from gpufleet.spec.files import resolve_stack
+    from gpufleet.spec.load import load_stack
 
     doc, errors = read_yaml(inventory)
     if errors:

@@ -4,36 +4,7 @@
 - :mod:`gpufleet.plan.build`: :func:`plan_stack`, the planners put together (pure: no I/O).
 - :mod:`gpufleet.plan.hosts`: a stack file's plan cached by its content, and the host view the Ansible lookup
   ``gpufleet_plan`` hands the roles.
+
+The package imports nothing itself: the modules that fill the plan's types import :mod:`gpufleet.plan.model`
+without loading the planners.
 """
-
-from __future__ import annotations
-
-from gpufleet.plan.build import plan_stack
-from gpufleet.plan.model import (
-    AddonPlan,
-    BaremetalPlan,
-    ClusterPlan,
-    EgressPlan,
-    HostGroupPlan,
-    MigPlan,
-    MonitoringPlan,
-    NodeCounts,
-    PoolPlan,
-    SharingPlan,
-    StackPlan,
-)
-
-__all__ = [
-    "AddonPlan",
-    "BaremetalPlan",
-    "ClusterPlan",
-    "EgressPlan",
-    "HostGroupPlan",
-    "MigPlan",
-    "MonitoringPlan",
-    "NodeCounts",
-    "PoolPlan",
-    "SharingPlan",
-    "StackPlan",
-    "plan_stack",
-]

@@ -33,7 +33,7 @@ def plan_file(path: Path) -> StackPlan:
     """The plan of the stack file ``path``, validated and planned once per content (:class:`InvalidStackFile` when
     it is invalid, :class:`OSError` when it cannot be read)."""
     from gpufleet.catalog import load_catalog
-    from gpufleet.spec import load_stack_text
+    from gpufleet.spec.load import load_stack_text
 
     text = path.read_text(encoding="utf-8")
     key = (str(path.resolve()), hashlib.sha256(text.encode()).hexdigest())

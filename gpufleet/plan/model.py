@@ -14,8 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from gpufleet.aks_api import PoolApi
-from gpufleet.gpu_software import ChartRelease, GpuWorkload, OperatorCr
+from gpufleet.catalog.aks import ApiLevel
 from gpufleet.spec.models import (
     Advertiser,
     AutoscalerProfile,
@@ -58,6 +57,52 @@ def plain(value: Any, omit_none: bool = False) -> Any:
     if isinstance(value, list | tuple):
         return [plain(v, omit_none) for v in value]
     return value
+
+
+# What a GPU node's GPUs serve, as the GPU Operator's sandbox workloads name it (nvidia.com/gpu.workload.config)
+GpuWorkload = Literal["container", "vm-passthrough", "vm-vgpu"]
+
+# How the GPU Operator is configured: a ClusterPolicy (the device plugin stack) or a GPUCluster (the DRA stack); the
+# v26.7.0 chart renders one of them (clusterPolicy.deployCR / gpuCluster.deployCR, and fails with both). gpufleet
+# derives it from the advertisers (docs/architecture.md, Decisions).
+OperatorCr = Literal["ClusterPolicy", "GPUCluster"]
+
+
+@dataclass(frozen=True)
+class ChartRelease:
+    """A Helm release of the stack's GPU software, computed without Pulumi or Ansible: the Pulumi program installs
+    it, ``gpufleet render`` renders it with helm, the roles install it (bare metal), the tests check it."""
+
+    chart: str  # gpu-operator or nvidia-device-plugin
+    version: str  # as the chart's repository lists it (chart_version)
+    repository: str
+    namespace: str
+    values: dict[str, Any]
+    namespace_labels: dict[str, str] | None = None  # the release's namespace gets them when it is created
+
+    @property
+    def name(self) -> str:
+        """The release name (the chart's name, as the roles and the Pulumi program install it)."""
+        return self.chart
+
+
+@dataclass(frozen=True)
+class PoolApi:
+    """How a pool reaches AKS: ``level`` sdk (the typed SDK resource) or stable/preview (the generic ARM resource at
+    ``version``), and the fields that need that level, with the reason."""
+
+    level: ApiLevel
+    version: str
+    needs: tuple[str, ...] = field(default=())
+
+    @property
+    def preview(self) -> bool:
+        return self.level == "preview"
+
+    @property
+    def generic(self) -> bool:
+        """The pool goes through ``resources.Resource`` (its API is newer than the SDK's)."""
+        return self.level != "sdk"
 
 
 @dataclass(frozen=True)

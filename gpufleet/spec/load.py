@@ -85,6 +85,13 @@ def _parsed(model: type[BaseModel], raw: Any) -> Any:
             return None
 
 
+def _mapping_at(raw: Any, *keys: str) -> dict[Any, Any]:
+    """The mapping at ``keys`` below ``raw``; empty where one of them is missing or no mapping."""
+    for key in keys:
+        raw = raw.get(key) if isinstance(raw, dict) else None
+    return raw if isinstance(raw, dict) else {}
+
+
 def _partial_rule_findings(raw: dict[str, Any], context: rules.Context) -> Iterator[Finding]:
     """Rules over the parts of a structurally broken stack that parse on their own."""
     if isinstance(region := raw.get("region"), str):
@@ -92,6 +99,9 @@ def _partial_rule_findings(raw: dict[str, Any], context: rules.Context) -> Itera
     if (release := _parsed(Release, raw.get("release"))) is not None:
         yield from rules.check_release(release, context, aks="aks" in raw, baremetal="baremetal" in raw)
     aks = raw.get("aks")
+    security = _mapping_at(aks, "cluster", "security")
+    if isinstance(security.get("waivers"), dict):
+        yield from rules.check_waivers(security["waivers"])
     if isinstance(aks, dict) and isinstance(aks.get("gpu_pools"), list):
         pools = [_parsed(GpuPool, p) for p in aks["gpu_pools"]]
         system = (aks.get("cluster") or {}).get("system_pool") if isinstance(aks.get("cluster"), dict) else None

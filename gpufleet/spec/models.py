@@ -22,11 +22,9 @@ from pydantic import (
     model_validator,
 )
 
-from gpufleet.baseline import RULE_NAMES
-from gpufleet.diagnostics import did_you_mean
-from gpufleet.remediation import Action  # the remediation actions, mildest first (gpufleet.remediation.ACTIONS)
 from gpufleet.spec.types import (
     LABEL_KEY_RE,
+    Action,
     Cidr,
     DriverBranch,
     Identifier,
@@ -533,15 +531,6 @@ class Logs(StrictModel):
     retention_days: int = Field(30, ge=30, le=730, description="retention of the workspace the program creates")
 
 
-def _rule_name(v: Any) -> str:
-    if not isinstance(v, str) or v not in RULE_NAMES:
-        raise invalid(f"unknown baseline rule {v!r}; {did_you_mean(str(v), RULE_NAMES, limit=len(RULE_NAMES))}")
-    return v
-
-
-RuleName = Annotated[str, PlainValidator(_rule_name, json_schema_input_type=str)]
-
-
 class Waiver(StrictModel):
     """A baseline rule this stack accepts failing, and why (``gpufleet plan`` and ``gpufleet audit`` show it)."""
 
@@ -573,7 +562,8 @@ class Security(StrictModel):
     image_cleaner: bool = Field(True, description="Image Cleaner removes unused images weekly")
     secrets_store_csi: bool = Field(True, description="the Key Vault Secrets Store CSI driver, with rotation")
     encryption_at_host: bool = Field(True, description="host-based encryption on every pool's VMs")
-    waivers: dict[RuleName, Waiver] = Field(
+    # the rule names are checked by gpufleet.spec.rules.check_waivers (the baseline's rules read the plan)
+    waivers: dict[str, Waiver] = Field(
         default_factory=dict, description="baseline rules this stack accepts failing: rule name -> {reason}"
     )
 
@@ -1077,7 +1067,7 @@ class Metal3Settings(StrictModel):
 
 
 def _diag_level(v: Any) -> int | None:
-    from gpufleet.dcgm_diag import diag_levels
+    from gpufleet.catalog.dcgm import diag_levels
 
     levels = diag_levels()
     if v is None or (isinstance(v, int) and not isinstance(v, bool) and v in levels):

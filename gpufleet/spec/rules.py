@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from gpufleet import mig
 from gpufleet.aks import aks_pool_name
+from gpufleet.baseline import RULE_NAMES
 from gpufleet.catalog import OS_IMAGE_NAMES, Catalog, Gpu, VmSize
 from gpufleet.catalog.aks import AksCatalog, load_aks_catalog
 from gpufleet.catalog.releases import (
@@ -70,6 +71,7 @@ AKS_MAX_NODES = 5000
 SYSTEM_POOL_MIN_VCPUS = 2
 SYSTEM_POOL_MIN_MEMORY_GIB = 4
 SYSTEM_POOL: Path = ("aks", "cluster", "system_pool")
+WAIVERS: Path = ("aks", "cluster", "security", "waivers")
 
 # Labels gpufleet derives itself (from mig / sharing / driver); a stack may not set them by hand.
 DERIVED_LABELS = {
@@ -884,6 +886,7 @@ def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
     yield from check_release(stack.release, ctx, aks=stack.aks is not None, baremetal=stack.baremetal is not None)
     yield from check_dra_kubernetes(stack)
     if stack.aks is not None:
+        yield from check_waivers(stack.aks.cluster.security.waivers)
         in_region = dataclasses.replace(
             ctx,
             region=stack.region if stack.region in ctx.catalog.region_names else None,
@@ -900,6 +903,17 @@ def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
         profiles.setdefault("default", TuningProfile())
         yield from check_host_groups(stack.baremetal.host_groups, ctx, profiles)
         yield from check_baremetal(stack.baremetal, ctx)
+
+
+def check_waivers(names: Iterable[object]) -> Iterator[Finding]:
+    """Each waiver names a rule of the AKS baseline (:data:`gpufleet.baseline.RULE_NAMES`)."""
+    known = RULE_NAMES
+    for name in names:
+        if not isinstance(name, str) or name not in known:
+            yield Finding(
+                (*WAIVERS, str(name)),
+                f"unknown baseline rule {name!r}; {did_you_mean(str(name), known, limit=len(known))}",
+            )
 
 
 def check_mig_config_names(layouts: Sequence[tuple[Path, str | None, MigLayout]]) -> Iterator[Finding]:

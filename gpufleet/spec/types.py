@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -16,6 +16,10 @@ from pydantic import (
     PlainValidator,
 )
 from pydantic_core import PydanticCustomError
+
+# What gpufleet does about a GPU fault, mildest first: the stack's xid_actions and the Xid catalog's
+# (gpufleet.remediation, docs/remediation.md)
+Action = Literal["none", "cordon", "gpu-reset", "reboot", "power-cycle"]
 
 
 class StrictModel(BaseModel):

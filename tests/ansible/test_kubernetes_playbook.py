@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from gpufleet.spec import load_stack
+from gpufleet.spec.load import load_stack
 from tests.ansible_playbook import ansible_playbook
 from tests.conftest import FIXTURES, Shared
 

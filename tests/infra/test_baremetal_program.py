@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 
 from gpufleet.inventory import stack_inventory
-from gpufleet.spec import load_stack
+from gpufleet.spec.load import load_stack
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "examples/baremetal/Pulumi.prod-onprem.yaml"

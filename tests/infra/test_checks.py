@@ -12,7 +12,7 @@ import pytest
 
 from gpufleet.baseline import RULE_NAMES
 from gpufleet.catalog import load_catalog
-from gpufleet.spec import load_stack
+from gpufleet.spec.load import load_stack
 from tests.charts import needs_charts
 from tests.conftest import REPO
 from tests.infra import checks

@@ -11,9 +11,9 @@ import pytest
 
 from gpufleet.baseline import RULE_NAMES, audit
 from gpufleet.catalog import load_catalog
-from gpufleet.plan import plan_stack
-from gpufleet.spec import load_stack, stack_files
-from gpufleet.spec.load import stack_name_from_file
+from gpufleet.plan.build import plan_stack
+from gpufleet.spec.files import stack_files
+from gpufleet.spec.load import load_stack, stack_name_from_file
 from gpufleet.spec.models import Stack
 from infra.program import InvalidStack
 from tests.charts import needs_charts

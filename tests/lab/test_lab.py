@@ -30,7 +30,7 @@ from gpufleet.lab.ansible_run import PlaybookResult, run_playbook
 from gpufleet.lab.config import SHAPE
 from gpufleet.lab.job import load_record
 from gpufleet.lab.report import host_report
-from gpufleet.spec import load_stack
+from gpufleet.spec.load import load_stack
 from infra.baremetal.provider import BareMetalHostProvider, HostInputs, SshSpec, Timeouts
 from tests.conftest import REPO
 from tests.lab.conftest import Lanes

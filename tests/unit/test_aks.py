@@ -10,8 +10,8 @@ from gpufleet.aks import aks_pool_name, pool_suffix
 from gpufleet.catalog import load_catalog
 from gpufleet.gpu_software import for_aks, toleration
 from gpufleet.labels import AKS_SPOT_TAINT
-from gpufleet.plan import plan_stack
-from gpufleet.spec import load_stack
+from gpufleet.plan.build import plan_stack
+from gpufleet.spec.load import load_stack
 from gpufleet.spec.models import GpuPool
 from tests.conftest import REPO
 

@@ -16,8 +16,8 @@ from gpufleet import aks_api
 from gpufleet.aks import _needs_newer_api, aks_pool_name
 from gpufleet.catalog import load_catalog
 from gpufleet.catalog.aks import load_aks_catalog
-from gpufleet.plan import plan_stack
-from gpufleet.spec import load_stack, load_stack_text
+from gpufleet.plan.build import plan_stack
+from gpufleet.spec.load import load_stack, load_stack_text
 from gpufleet.spec.models import GpuOsSku
 from tests.aks_api_spec import definitions, enum, field_definition
 from tests.conftest import REPO, TODAY

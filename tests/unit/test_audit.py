@@ -12,9 +12,8 @@ import pytest
 
 from gpufleet.baseline import RULE_NAMES, RULES, audit
 from gpufleet.catalog import load_catalog
-from gpufleet.plan import plan_stack
-from gpufleet.plan.build import workspace_name
-from gpufleet.spec import load_stack_text
+from gpufleet.plan.build import plan_stack, workspace_name
+from gpufleet.spec.load import load_stack_text
 from tests.conftest import REPO, TODAY, cli
 
 PROD = (REPO / "Pulumi.prod-westeurope.yaml").read_text()

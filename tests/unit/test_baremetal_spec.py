@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from gpufleet.cli import app
 from gpufleet.inventory import InventoryError, inventory_from_document, stack_inventory
-from gpufleet.spec import dump_stack, load_stack, load_stack_text
+from gpufleet.spec.load import dump_stack, load_stack, load_stack_text
 from tests.conftest import REPO, TODAY
 from tests.stacks import release_block
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from gpufleet.catalog import Catalog, load_catalog
 from gpufleet.cli import app
-from gpufleet.spec import load_stack_text
+from gpufleet.spec.load import load_stack_text
 from tests.conftest import REPO, TODAY
 
 DEV = (REPO / "Pulumi.dev-westeurope.yaml").read_text()

@@ -22,7 +22,7 @@ import gpufleet.catalog
 from gpufleet.catalog import Catalog, Price, load_catalog
 from gpufleet.cli import app
 from gpufleet.cost import HOURS_PER_MONTH, cost_delta, money, signed, stack_cost
-from gpufleet.spec import load_stack
+from gpufleet.spec.load import load_stack
 from gpufleet.spec.models import Stack
 from tests.conftest import REPO
 

@@ -12,8 +12,8 @@ from jsonschema import Draft7Validator
 from gpufleet import monitoring
 from gpufleet.cost import stack_cost
 from gpufleet.dashboard import dashboard
-from gpufleet.plan import plan_stack
-from gpufleet.spec import load_stack
+from gpufleet.plan.build import plan_stack
+from gpufleet.spec.load import load_stack
 from tests.conftest import FIXTURES, REPO, TODAY
 from tests.monitoring_rules import run_promtool, write_rules
 

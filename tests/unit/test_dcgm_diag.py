@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gpufleet.dcgm_diag import diag_levels
+from gpufleet.catalog.dcgm import diag_levels
 from gpufleet.plan.hosts import plan_file, stack_view
 from gpufleet.spec.models import VerifySettings
 from tests.conftest import FIXTURES, REPO

@@ -12,8 +12,8 @@ import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, all_versions
 
 from gpufleet import dra
-from gpufleet.plan import plan_stack
-from gpufleet.spec import load_stack, load_stack_text
+from gpufleet.plan.build import plan_stack
+from gpufleet.spec.load import load_stack, load_stack_text
 from gpufleet.spec.types import LABEL_KEY_RE
 from tests.charts import chart_file, crd_errors, crd_validator, needs_charts
 from tests.conftest import REPO, TODAY

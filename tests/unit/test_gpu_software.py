@@ -24,8 +24,8 @@ from gpufleet.gpu_software import (
 )
 from gpufleet.labels import DEPLOY_DEVICE_PLUGIN_LABEL, DRA_OPERAND_LABELS, GPU_PRESENT_LABEL, MIG_CONFIG_LABEL
 from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG
-from gpufleet.plan import plan_stack
-from gpufleet.spec import load_stack_text
+from gpufleet.plan.build import plan_stack
+from gpufleet.spec.load import load_stack_text
 from tests.charts import chart_keys, needs_charts, unknown_keys
 from tests.stacks import release_block
 

@@ -10,7 +10,7 @@ import pytest
 
 from gpufleet.catalog import load_catalog
 from gpufleet.mig.demand import MAX_FLEET_GPUS, load_demand
-from gpufleet.spec import load_stack, load_stack_text
+from gpufleet.spec.load import load_stack, load_stack_text
 from gpufleet.yamldoc import MAX_ALIASES, MAX_DEPTH, MAX_FILE_BYTES, read_yaml
 from tests.conftest import REPO, cli
 

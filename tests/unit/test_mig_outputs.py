@@ -23,7 +23,7 @@ from gpufleet.mig.outputs import (
     packed_layouts,
     stack_layouts,
 )
-from gpufleet.spec import load_stack
+from gpufleet.spec.load import load_stack
 from gpufleet.spec.models import MigDeviceGroup, MigLayout
 from tests.conftest import FIXTURES, REPO
 

@@ -17,8 +17,8 @@ from gpufleet import charts, monitoring
 from gpufleet.catalog.dcgm import load_dcgm_catalog
 from gpufleet.cost import stack_cost
 from gpufleet.gpu_software import DCGM_METRICS_CONFIGMAP
-from gpufleet.plan import plan_stack
-from gpufleet.spec import load_stack
+from gpufleet.plan.build import plan_stack
+from gpufleet.spec.load import load_stack
 from tests.charts import CHARTS_DIR, crd_errors, crd_validator, needs_charts, render_variant
 from tests.conftest import FIXTURES, REPO, TODAY
 from tests.monitoring_rules import cases, run_promtool, write_rules, write_tests

@@ -7,9 +7,9 @@ import copy
 
 from gpufleet import nap
 from gpufleet.catalog import load_catalog
-from gpufleet.plan import plan_stack
+from gpufleet.plan.build import plan_stack
 from gpufleet.plan.model import ClusterPlan, PoolPlan
-from gpufleet.spec import load_stack_text
+from gpufleet.spec.load import load_stack_text
 from tests.aks_api_spec import karpenter_validator
 from tests.charts import crd_errors
 from tests.conftest import TODAY

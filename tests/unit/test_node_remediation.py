@@ -40,9 +40,10 @@ from gpufleet.node_remediation import (
     monitor_config,
     node_remediation_plan,
 )
-from gpufleet.plan import StackPlan, plan_stack
+from gpufleet.plan.build import plan_stack
+from gpufleet.plan.model import StackPlan
 from gpufleet.remediation import RECOVERING, Policy, xid_catalog
-from gpufleet.spec import load_stack
+from gpufleet.spec.load import load_stack
 from tests.charts import CHARTS_DIR, crd_errors, crd_validator, needs_charts, stack_variant
 from tests.conftest import FIXTURES, REPO, TODAY
 from tests.sushy import USER, free_port, htpasswd, running, self_signed

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from gpufleet.plan import MigPlan, NodeCounts, SharingPlan, plan_stack
-from gpufleet.spec import load_stack
+from gpufleet.plan.build import plan_stack
+from gpufleet.plan.model import MigPlan, NodeCounts, SharingPlan
+from gpufleet.spec.load import load_stack
 from tests.conftest import REPO
 
 
@@ -73,7 +74,7 @@ def test_bare_metal_plan_resolves_the_tuning_profile(catalog):
 
 
 def test_fractional_gpu_sizes(catalog):
-    from gpufleet.spec import load_stack_text
+    from gpufleet.spec.load import load_stack_text
 
     text = (REPO / "tests/fixtures/invalid/pool_name_invalid.yaml").read_text()
     text = text.replace("gpu-pool-h100", "a10").replace("Standard_NC4as_T4_v3", "Standard_NV6ads_A10_v5")

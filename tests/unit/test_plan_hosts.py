@@ -23,8 +23,9 @@ from gpufleet.gpu_software import (
     operator_values,
 )
 from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG
-from gpufleet.plan import hosts, plan_stack
-from gpufleet.spec import load_stack
+from gpufleet.plan import hosts
+from gpufleet.plan.build import plan_stack
+from gpufleet.spec.load import load_stack
 from tests.ansible_playbook import ansible_playbook, playbook_on_hosts
 from tests.charts import chart_keys, needs_charts, unknown_keys
 from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY

@@ -20,10 +20,11 @@ from gpufleet import charts
 from gpufleet.catalog.releases import load_releases
 from gpufleet.dra import KUEUE_RESOURCES
 from gpufleet.labels import HOST_GROUP_LABEL
-from gpufleet.plan import StackPlan, plan_stack
+from gpufleet.plan.build import plan_stack
+from gpufleet.plan.model import StackPlan
 from gpufleet.queues import KueuePlan, kueue_plan, split
 from gpufleet.scheduling import NodeShape, Placement, why_not
-from gpufleet.spec import load_stack
+from gpufleet.spec.load import load_stack
 from tests.charts import CHARTS_DIR, crd_errors, crd_validator, needs_charts, stack_variant
 from tests.conftest import FIXTURES, REPO, TODAY, cli
 

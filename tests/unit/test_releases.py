@@ -11,7 +11,7 @@ import pytest
 
 from gpufleet.catalog import load_catalog
 from gpufleet.catalog.releases import load_releases
-from gpufleet.spec import load_stack
+from gpufleet.spec.load import load_stack
 from gpufleet.spec.models import Release
 from gpufleet.spec.rules import Context, check_release, kubernetes_choices
 from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY

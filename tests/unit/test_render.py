@@ -20,8 +20,8 @@ from ruamel.yaml import YAML
 from gpufleet import charts
 from gpufleet.gpu_software import DEVICE_PLUGIN_CHART, DEVICE_PLUGIN_CONFIGMAP, GPU_OPERATOR_CHART, MIG_CONFIGMAP
 from gpufleet.mig.outputs import CONFIGMAP_KEY, DISABLED_CONFIG
-from gpufleet.plan import plan_stack
-from gpufleet.spec import load_stack
+from gpufleet.plan.build import plan_stack
+from gpufleet.spec.load import load_stack
 from tests.charts import (
     CHARTS_DIR,
     chart_keys,

@@ -8,8 +8,8 @@ import dataclasses
 from gpufleet import charts
 from gpufleet.catalog import load_catalog
 from gpufleet.labels import GPU_PRESENT_LABEL
-from gpufleet.plan import plan_stack
-from gpufleet.spec import load_stack
+from gpufleet.plan.build import plan_stack
+from gpufleet.spec.load import load_stack
 from tests.charts import CHARTS_DIR, needs_charts
 from tests.conftest import REPO, TODAY
 

@@ -17,7 +17,7 @@ import yaml as pyyaml
 from gpufleet import charts
 from gpufleet.gpu_software import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART
 from gpufleet.labels import DEPLOY_DEVICE_PLUGIN_LABEL, DRA_OPERAND_LABELS
-from gpufleet.spec import load_stack, load_stack_text
+from gpufleet.spec.load import load_stack, load_stack_text
 from tests.charts import CHARTS_DIR, crd_errors, crd_validator, needs_charts, render_stack, render_variant
 from tests.conftest import REPO, TODAY, cli
 from tests.stacks import release_block

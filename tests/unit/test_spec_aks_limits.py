@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpufleet.catalog import load_catalog
-from gpufleet.spec import load_stack_text
+from gpufleet.spec.load import load_stack_text
 from gpufleet.spec.models import SystemPool
 from gpufleet.spec.rules import AKS_MAX_NODE_POOLS, SYSTEM_POOL_MIN_MEMORY_GIB, SYSTEM_POOL_MIN_VCPUS
 from tests.conftest import REPO, TODAY, cli

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.spec import load_stack
+from gpufleet.spec.load import load_stack
 from tests import markers
 from tests.conftest import FIXTURES, TODAY
 

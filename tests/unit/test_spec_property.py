@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from gpufleet.catalog import load_catalog
-from gpufleet.spec import LoadedStack, dump_stack, load_stack_text
+from gpufleet.spec.load import LoadedStack, dump_stack, load_stack_text
 from tests.conftest import TODAY
 from tests.stacks import release_pins
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.spec import dump_stack, find_project_root, load_stack, load_stack_text, resolve_stack, stack_files
+from gpufleet.spec.files import find_project_root, resolve_stack, stack_files
+from gpufleet.spec.load import dump_stack, load_stack, load_stack_text
 from tests.conftest import EXAMPLE_STACKS, REPO, TODAY
 
 

@@ -31,25 +31,15 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def _type_checking_only(tree: ast.Module) -> set[int]:
-    """Line numbers of imports under ``if TYPE_CHECKING:`` (not run, so not an edge)."""
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            lines |= {
-                n.lineno for stmt in node.body for n in ast.walk(stmt) if isinstance(n, ast.Import | ast.ImportFrom)
-            }
-    return lines
-
-
 def imported(name: str, path: Path, known: dict[str, Path]) -> Iterator[str]:
-    """The project modules ``name`` imports anywhere in its file (a function's local import counts: it runs too),
-    plus the packages whose ``__init__`` such an import runs first (those not already ancestors of ``name``)."""
+    """The project modules ``name`` imports anywhere in its file (a function's local import counts: it runs too; one
+    under ``if TYPE_CHECKING:`` counts as well: the types are a dependency, and a cycle through them is one the next
+    change turns into an import error), plus the packages whose ``__init__`` such an import runs first (those not
+    already ancestors of ``name``)."""
     tree = ast.parse(path.read_text())
-    skip = _type_checking_only(tree)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Import | ast.ImportFrom) or node.lineno in skip:
+        if not isinstance(node, ast.Import | ast.ImportFrom):
             continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]

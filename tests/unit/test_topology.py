@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from gpufleet.catalog import load_catalog
 from gpufleet.hostfacts import parse_cpulist, read_host
-from gpufleet.spec import load_stack
+from gpufleet.spec.load import load_stack
 from gpufleet.spec.models import CoresPerGpu, TuningProfile
 from gpufleet.topology import TopologyError, node_reserve_mib, plan
 from tests.conftest import FIXTURES, REPO

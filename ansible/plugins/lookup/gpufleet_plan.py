@@ -55,7 +55,7 @@ class LookupModule(LookupBase):
     def run(self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
         from gpufleet.plaindata import plain_data
         from gpufleet.plan.hosts import host_view, plan_file, stack_view
-        from gpufleet.spec import StackNotFound, find_project_root, resolve_stack
+        from gpufleet.spec.files import StackNotFound, find_project_root, resolve_stack
 
         self.set_options(var_options=variables, direct=kwargs)
         group_names = self.get_option("group_names")
