@@ -45,7 +45,7 @@ $(STAMP): pyproject.toml scripts/bootstrap.sh scripts/install_helm.py scripts/fe
 
 # The linters run side by side (each on one core; make -O prints each one's output whole) and lint fails when any
 # of them does. pylint only for copied logic: 6+ similar lines anywhere in the code (the hostfacts, driverstate and
-# vfio module_utils are symlinks to gpufleet/hostfacts.py, gpufleet/driverstate.py and gpufleet/vfio.py, the same
+# vfio module_utils are symlinks to gpufleet/host/hostfacts.py, gpufleet/host/driverstate.py and gpufleet/host/vfio.py, the same
 # files).
 LINTERS := lint-ruff lint-duplicates lint-yaml lint-ansible
 .PHONY: $(LINTERS)

@@ -10,8 +10,8 @@ from benchmarks.common import REPO, Figure
 
 
 def run() -> list[Figure]:
-    from gpufleet import charts
     from gpufleet.catalog import load_catalog
+    from gpufleet.kube import charts
     from gpufleet.plan.build import plan_stack
     from gpufleet.spec.load import load_stack
     from tests.charts import CHARTS_DIR

@@ -15,9 +15,9 @@ HOSTS = 10_000
 
 def run() -> list[Figure]:
     from gpufleet.catalog import load_catalog
-    from gpufleet.hostfacts import read_host
+    from gpufleet.host.hostfacts import read_host
+    from gpufleet.host.topology import plan
     from gpufleet.spec.models import TuningProfile
-    from gpufleet.topology import plan
 
     catalog = load_catalog().gpus_by_pci_id
     profiles = {

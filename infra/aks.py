@@ -18,8 +18,8 @@ import pulumi_kubernetes as k8s
 from pulumi_azure_native import containerservice as cs
 from pulumi_azure_native import monitor, network, operationalinsights, resources
 
-from gpufleet.aks_api import AgentPoolProperties, PoolApi, agent_pool_properties
-from gpufleet.nap import nap_objects
+from gpufleet.azure.aks_api import AgentPoolProperties, PoolApi, agent_pool_properties
+from gpufleet.kube.nap import nap_objects
 from gpufleet.plan.model import ClusterPlan, PoolPlan
 
 
@@ -351,7 +351,7 @@ def arm_agent_pool(
     name: str, props: AgentPoolProperties, api: PoolApi, cluster: RegionalGpuCluster, opts: pulumi.ResourceOptions
 ) -> resources.Resource:
     """A pool that needs a newer AKS API than the SDK's, as the provider's generic ARM resource at that version: the
-    typed model's ``properties`` (gpufleet.aks_api), under the cluster (``managedClusters/<name>/agentPools``)."""
+    typed model's ``properties`` (gpufleet.azure.aks_api), under the cluster (``managedClusters/<name>/agentPools``)."""
     return resources.Resource(
         name,
         resource_name_=name,
@@ -368,8 +368,8 @@ def arm_agent_pool(
 class GpuPool(pulumi.ComponentResource):
     """A GPU node pool as a separate agent pool: the SDK's typed ``AgentPool`` when its API has every field the pool
     needs, else the generic ARM resource at the API version the plan names (``PoolPlan.api``). Its AKS name carries a
-    suffix of its immutable fields (:func:`gpufleet.aks.aks_pool_name`): changing one of them makes a new pool before
-    the old one goes."""
+    suffix of its immutable fields (:func:`gpufleet.azure.aks.aks_pool_name`): changing one of them makes a new pool
+    before the old one goes."""
 
     agent_pool: cs.AgentPool | resources.Resource
 
@@ -394,7 +394,7 @@ class NapPoolArgs:
 
 
 class NapPool(pulumi.ComponentResource):
-    """A ``kind: nap`` pool: its AKSNodeClass and Karpenter NodePool (gpufleet.nap) on the cluster, through the
+    """A ``kind: nap`` pool: its AKSNodeClass and Karpenter NodePool (gpufleet.kube.nap) on the cluster, through the
     cluster's Kubernetes provider; AKS's node auto-provisioning creates the nodes."""
 
     objects: list[k8s.apiextensions.CustomResource]

@@ -1,7 +1,7 @@
 """The cluster's GPU software: the NVIDIA GPU Operator, or the NVIDIA device plugin alone, as a Helm release.
 
 The release is the plan's (``ClusterPlan.gpu_software``: chart, pinned version, repository, namespace and its
-labels, values from :mod:`gpufleet.gpu_software`, the code the bare-metal releases come from too). The Kubernetes
+labels, values from :mod:`gpufleet.kube.gpu_software`, the code the bare-metal releases come from too). The Kubernetes
 provider is built from the cluster's user credentials with ``cluster_identifier`` set to the cluster's resource id,
 so a rotated kubeconfig updates the provider instead of replacing it (and every release with it).
 """
@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 from pulumi_kubernetes.helm.v3 import Release, RepositoryOptsArgs
 
-from gpufleet.gpu_software import ChartRelease
+from gpufleet.kube.gpu_software import ChartRelease
 
 RELEASE_TIMEOUT_SECONDS = 900
 

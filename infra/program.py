@@ -3,7 +3,7 @@
 
 An invalid stack stops here with the validator's ``file:line: key.path: message`` lines, before any resource is
 registered; so does a stack whose cluster fails a high or medium rule of the AKS secure baseline it does not waive
-(:mod:`gpufleet.baseline`, the judgement ``gpufleet audit`` prints).
+(:mod:`gpufleet.azure.baseline`, the judgement ``gpufleet audit`` prints).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 import pulumi
 from pulumi_command import local
 
-from gpufleet.baseline import audit
-from gpufleet.bmc import ExpectedHardware
+from gpufleet.azure.baseline import audit
+from gpufleet.baremetal.bmc import ExpectedHardware
+from gpufleet.baremetal.inventory import from_hosts, host_entry
+from gpufleet.baremetal.metal3 import hosts_from_stack
 from gpufleet.catalog import Catalog, load_catalog
-from gpufleet.inventory import from_hosts, host_entry
-from gpufleet.metal3 import hosts_from_stack
 from gpufleet.plan.build import plan_stack
 from gpufleet.plan.model import StackPlan
 from gpufleet.spec.files import StackNotFound, resolve_stack

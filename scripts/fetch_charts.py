@@ -1,10 +1,10 @@
 """Pull the pinned GPU charts into the helm-pull cache (``make setup`` runs this with the virtualenv's Python).
 
 The pinned charts (gpufleet/catalog/charts.yaml) are what ``gpufleet render`` and the chart tests render. Each one
-that ``gpufleet.charts.charts_dir()`` ($GPUFLEET_CHARTS_DIR, else ~/.cache/gpufleet/charts) lacks is pulled with the
-helm ``make setup`` installed (``helm pull CHART --repo REPO --version VERSION``, the repository gpufleet installs it
-from) into a temporary folder there, checked against the digests recorded for it
-(``gpufleet.charts.pulled_chart_problem``), and only then moved in. One that does not match is deleted with one
+that ``gpufleet.kube.charts.charts_dir()`` ($GPUFLEET_CHARTS_DIR, else ~/.cache/gpufleet/charts) lacks is pulled with
+the helm ``make setup`` installed (``helm pull CHART --repo REPO --version VERSION``, the repository gpufleet installs
+it from) into a temporary folder there, checked against the digests recorded for it
+(``gpufleet.kube.charts.pulled_chart_problem``), and only then moved in. One that does not match is deleted with one
 line saying why, never used: setup goes on, and the chart tests skip as without it.
 
 A repository that does not answer is not an error, only a line: the charts' repositories are outside the package
@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from gpufleet import charts
+from gpufleet.kube import charts
 
 PROBE_SECONDS = 3.0
 PULL_SECONDS = 120

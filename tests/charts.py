@@ -18,8 +18,8 @@ import pytest
 from jsonschema import Draft202012Validator
 from ruamel.yaml import YAML
 
-from gpufleet import charts
-from gpufleet.gpu_software import GPU_OPERATOR_CHART
+from gpufleet.kube import charts
+from gpufleet.kube.gpu_software import GPU_OPERATOR_CHART
 from gpufleet.plan.build import plan_stack
 from gpufleet.spec.load import load_stack_text
 from gpufleet.spec.models import Stack
@@ -47,7 +47,7 @@ needs_charts = pytest.mark.skipif(
 
 # Keys a chart's templates read that its values.yaml shows only in a comment: the GPU Operator's DCGM exporter
 # metrics ConfigMap (values.yaml "# config: name, create, data"; templates/dcgm_exporter_config.yaml creates it,
-# templates/clusterpolicy.yaml names it). tests/unit/test_monitoring.py checks the render has both.
+# templates/clusterpolicy.yaml names it). tests/unit/kube/test_monitoring.py checks the render has both.
 COMMENTED_KEYS = {
     "gpu-operator": {
         "dcgmExporter.config",

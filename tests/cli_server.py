@@ -3,7 +3,7 @@
 A new Python that imports gpufleet's CLI spends about 0.4 CPU-seconds before the command starts; most commands the
 tests run take a tenth of that, so starting ``python -m gpufleet`` for each of the hundreds of command lines they run
 was most of their time. Tests that check what a command does (its exit status, output and files, not how Python
-starts it: tests/unit/test_cli.py keeps those) run it here instead.
+starts it: tests/unit/cli/test_cli.py keeps those) run it here instead.
 
 The server (``python -m tests.cli_server``, one per test process) imports every gpufleet module and parses the
 packaged catalogs once, without a terminal and without COLUMNS, as a command under a pipe would. For each request it
@@ -41,10 +41,10 @@ def _child(request: dict, out: str, err: str) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         if request["now"]:
-            import gpufleet.promote_ledger
+            import gpufleet.fleet.promote_ledger
 
             now = dt.datetime.fromisoformat(request["now"])
-            gpufleet.promote_ledger.now_utc = lambda: now
+            gpufleet.fleet.promote_ledger.now_utc = lambda: now
         for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, os.O_WRONLY), (2, err, os.O_WRONLY)):
             os.dup2(os.open(path, flags), fd)
         sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 (the process ends here)

@@ -1,4 +1,4 @@
-"""TEST DOUBLES of the commands and files gpufleet.driverstate reads on a host with an NVIDIA driver: ``modinfo``,
+"""TEST DOUBLES of the commands and files gpufleet.host.driverstate reads on a host with an NVIDIA driver: ``modinfo``,
 ``modprobe``, ``lsinitramfs``, ``systemctl``, ``apt-mark`` (shell scripts in a ``bin`` directory put first on
 PATH) and ``proc/driver/nvidia/version`` (below a host root).
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpufleet.diagnostics import Diagnostic
+from gpufleet.common.diagnostics import Diagnostic
 
 MARK = re.compile(r"#!\s*(?P<path>.*?):\s+(?P<fragment>.+?)\s*(?=#!|$)")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from gpufleet.monitoring import ACTIVITY, IDLE_HOURS, PRESENT
+from gpufleet.kube.monitoring import ACTIVITY, IDLE_HOURS, PRESENT
 
 PROMTOOL_SECONDS = 120
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpufleet.diagnostics import suggest
+from gpufleet.common.diagnostics import suggest
 
 Vendor = Literal["nvidia", "amd"]
 _PCI_RE = re.compile(r"^(?:0x)?([0-9a-f]{4}):(?:0x)?([0-9a-f]{4})$")
@@ -373,7 +373,7 @@ class Catalog(_Frozen):
     @cached_property
     def gpus_by_pci_id(self) -> dict[str, dict[str, Any]]:
         """``vendor:device`` (``10de:2330``) -> ``{"model": name, "mig": bool}`` for every catalog GPU: the host facts'
-        GPU catalog (``gpufleet.hostfacts.read_host`` and the ``gpu_topology`` module take it as plain data)."""
+        GPU catalog (``gpufleet.host.hostfacts.read_host`` and the ``gpu_topology`` module take it as plain data)."""
         return {pid: {"model": g.name, "mig": g.mig_capable} for g in self.gpus for pid in g.pci_ids}
 
     # -- lookups -------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Language model shapes for sizing: a small cited catalog (models.yaml beside this module) and the typed model.
 
-A model is what the memory formulas of :mod:`gpufleet.sizing` read: parameters (total, and active for a mixture
+A model is what the memory formulas of :mod:`gpufleet.fleet.sizing` read: parameters (total, and active for a mixture
 of experts), layers, attention shape (KV heads x head dim, or an MLA latent), vocabulary, native context. The same
 :class:`LanguageModel` is built from the catalog (``--model``) or from numbers given on the command line
 (``--params ...``).
@@ -13,7 +13,7 @@ from functools import cached_property, lru_cache
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpufleet.catalog import read_catalog_yaml
-from gpufleet.diagnostics import did_you_mean
+from gpufleet.common.diagnostics import did_you_mean
 
 
 class LanguageModel(BaseModel):

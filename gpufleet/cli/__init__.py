@@ -18,7 +18,7 @@ import typer
 from gpufleet import __version__
 from gpufleet.cli import audit, size, stack
 from gpufleet.cli.catalog import catalog_app
-from gpufleet.cli.common import EXIT_CODES_HELP, EXIT_INTERNAL, err, out
+from gpufleet.cli.common import EXIT_CODES_HELP, EXIT_INTERNAL, command, err, out
 from gpufleet.cli.cost import cost
 from gpufleet.cli.inventory import inventory
 from gpufleet.cli.lab import lab_app
@@ -36,16 +36,28 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-for command in (stack.validate, stack.plan, stack.render, audit.audit, size.size):
-    app.command()(command)
-app.command()(cost)
-app.command()(inventory)
-app.add_typer(mig_app, name="mig")
-app.add_typer(lab_app, name="lab")
-app.add_typer(topology_app, name="topology")
-app.add_typer(virt_app, name="virt")
-app.add_typer(promote_app, name="promote")
-app.add_typer(catalog_app, name="catalog")
+# Each command and group with its one line in `gpufleet --help` (the docstring is the command's own --help).
+COMMANDS = (
+    (stack.validate, "Check stack files: each error at file:line, nothing applied."),
+    (stack.plan, "A stack resolved: pools, host groups, MIG, labels, cost."),
+    (stack.render, "Render the GPU charts with helm; where each DaemonSet runs."),
+    (audit.audit, "Check a stack's AKS cluster against the AKS secure baseline."),
+    (size.size, "A model's GPU memory and the smallest hardware that holds it."),
+    (cost, "What each node pool of a stack costs, per hour and per month."),
+    (inventory, "The Ansible inventory of a stack's bare-metal hosts."),
+)
+GROUPS = {
+    "mig": mig_app,
+    "lab": lab_app,
+    "topology": topology_app,
+    "virt": virt_app,
+    "promote": promote_app,
+    "catalog": catalog_app,
+}
+for func, summary in COMMANDS:
+    command(app, func.__name__, summary)(func)
+for name, group_app in GROUPS.items():
+    app.add_typer(group_app, name=name)
 
 
 def _version(value: bool) -> None:

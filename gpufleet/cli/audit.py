@@ -1,4 +1,4 @@
-"""``gpufleet audit``: a stack's AKS cluster against the AKS secure baseline (:mod:`gpufleet.baseline`)."""
+"""``gpufleet audit``: a stack's AKS cluster against the AKS secure baseline (:mod:`gpufleet.azure.baseline`)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpufleet.cli.common import EXIT_INVALID, JsonOpt, RootOpt, StackArg, emit_json, loaded_or_exit, out, shown
+from gpufleet.cli.common import EXIT_INVALID, JsonOpt, RootOpt, StackArg, emit_json, out, planned_or_exit, shown
 
 if TYPE_CHECKING:
-    from gpufleet.baseline import Audit
+    from gpufleet.azure.baseline import Audit
     from gpufleet.spec.load import LoadedStack
 
 STYLE = {"pass": "green", "waived": "yellow", "fail": "red"}
@@ -23,13 +23,11 @@ def audit(stack: StackArg, as_json: JsonOpt = False, root: RootOpt = None) -> No
     Exit 0 when no high or medium rule fails (a waived rule does not count), 1 when one does or when the stack is
     invalid; the Pulumi program refuses to build such a cluster.
     """
-    from gpufleet.baseline import audit as audit_plan
-    from gpufleet.catalog import load_catalog
-    from gpufleet.plan.build import plan_stack
+    from gpufleet.azure.baseline import audit as audit_plan
 
-    loaded = loaded_or_exit(stack, root, as_json, "nothing audited")
-    assert loaded.stack is not None
-    report = audit_plan(plan_stack(loaded.stack, load_catalog()))
+    planned = planned_or_exit(stack, root, as_json, "nothing audited")
+    loaded = planned.loaded
+    report = audit_plan(planned.plan)
     if as_json:
         emit_json(_json(report, loaded))
     else:

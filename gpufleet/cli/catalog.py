@@ -10,17 +10,28 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from gpufleet.cli.common import EXIT_INVALID, JsonOpt, emit_json, err, out, print_table, shown, usage_error
+from gpufleet.cli.common import (
+    EXIT_INVALID,
+    JsonOpt,
+    command,
+    emit_json,
+    err,
+    group,
+    out,
+    print_table,
+    shown,
+    usage_error,
+)
 
 if TYPE_CHECKING:
     from gpufleet.catalog import Catalog, Gpu, Price, VmSize
     from gpufleet.catalog.releases import GpuOperatorRelease
     from gpufleet.spec.rules import Context
 
-catalog_app = typer.Typer(
+catalog_app = group(
+    "The catalog: GPU models, Azure VM sizes, releases.",
     help="What the catalog knows: GPU models (gpus), Azure GPU VM sizes (sizes), and which Kubernetes, GPU Operator,"
     " component and driver versions go together (releases).",
-    no_args_is_help=True,
 )
 
 GpuMigOpt = Annotated[bool, typer.Option("--mig", help="Only the MIG-capable GPU models.")]
@@ -141,7 +152,7 @@ def _detail(rows: dict[str, Any], title: str) -> None:
     print_table(table)
 
 
-@catalog_app.command("gpus")
+@command(catalog_app, "gpus", "The GPU models the catalog knows.")
 def catalog_gpus(
     name: Annotated[
         str | None,
@@ -199,7 +210,7 @@ def catalog_gpus(
     print_table(table)
 
 
-@catalog_app.command("sizes")
+@command(catalog_app, "sizes", "The Azure GPU VM sizes the catalog knows.")
 def catalog_sizes(
     name: Annotated[str | None, typer.Argument(help="Show one VM size in detail (Standard_ND96isr_H100_v5).")] = None,
     mig: SizeMigOpt = False,
@@ -211,7 +222,7 @@ def catalog_sizes(
     images, regions, retirement, and with --region the price there ("no price" when none is recorded, never 0). With
     NAME, that one size (exact, case-insensitive; otherwise "did you mean" and exit 1)."""
     from gpufleet.catalog import load_catalog
-    from gpufleet.diagnostics import did_you_mean
+    from gpufleet.common.diagnostics import did_you_mean
 
     catalog = load_catalog()
     if region is not None and region not in catalog.region_names:
@@ -313,7 +324,7 @@ def _releases_dict(ctx: Context) -> dict[str, Any]:
     }
 
 
-@catalog_app.command("releases")
+@command(catalog_app, "releases", "The release table: which versions go together.")
 def catalog_releases(as_json: JsonOpt = False) -> None:
     """The release table `gpufleet validate` holds every stack's gpufleet:release to: Kubernetes minors with their
     upstream and AKS end of life, NVIDIA driver branches with theirs, and each GPU Operator release with the Kubernetes

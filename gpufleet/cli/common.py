@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -16,8 +17,12 @@ from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:
+    from gpufleet.catalog import Catalog
+    from gpufleet.plan.model import StackPlan
     from gpufleet.spec.load import LoadedStack
     from gpufleet.spec.models import Stack
+
+Command = TypeVar("Command", bound=Callable[..., Any])
 
 # Exit codes: 0 success, 1 the input is wrong (an invalid stack, an unknown GPU), 2 usage errors (bad options, a
 # stack name that names no file), 3 an internal error (a bug in gpufleet: `gpufleet --debug ...` shows its traceback).
@@ -60,6 +65,24 @@ RootOpt = Annotated[
     typer.Option("--root", help="Project root holding the stack files (default: the nearest Pulumi.yaml upward)."),
 ]
 StackArg = Annotated[str, typer.Argument(help="Stack name (prod-westeurope) or stack file.")]
+
+
+def command(app: typer.Typer, name: str, summary: str) -> Callable[[Command], Command]:
+    """Make the decorated function ``app``'s command ``name``, listed in the group's ``--help`` with ``summary`` (one
+    line); its docstring is the command's own ``--help``."""
+
+    def register(func: Command) -> Command:
+        app.command(name, short_help=summary)(func)
+        return func
+
+    return register
+
+
+def group(summary: str, **settings: Any) -> typer.Typer:
+    """A command group (``gpufleet mig``, ``gpufleet lab``...), listed in ``gpufleet --help`` with ``summary`` (one
+    line); ``settings`` are typer's, ``help`` the group's own ``--help`` (default: the summary). Run without a
+    command, it shows its help."""
+    return typer.Typer(short_help=summary, **{"help": summary, "no_args_is_help": True, **settings})
 
 
 def emit_json(data: Any) -> None:
@@ -114,6 +137,33 @@ def loaded_or_exit(
             print_diagnostics(err, loaded.diagnostics, "  ")
         raise typer.Exit(EXIT_INVALID)
     return loaded
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A stack named on the command line, validated and planned: the file's positions, the catalog it was planned
+    against, and the plan."""
+
+    loaded: LoadedStack
+    catalog: Catalog
+    plan: StackPlan
+
+    @property
+    def stack(self) -> Stack:
+        assert self.loaded.stack is not None  # planned_or_exit plans valid stacks only
+        return self.loaded.stack
+
+
+def planned_or_exit(ref: str, root: Path | None, as_json: bool = False, consequence: str = "nothing done") -> Planned:
+    """The stack ``ref`` names, validated (or exit as :func:`load_or_exit` does) and planned against the catalog: the
+    path of every command that reads a stack's plan (``plan``, ``render``, ``audit``)."""
+    from gpufleet.catalog import load_catalog
+    from gpufleet.plan.build import plan_stack
+
+    loaded = loaded_or_exit(ref, root, as_json, consequence)
+    catalog = load_catalog()
+    assert loaded.stack is not None
+    return Planned(loaded, catalog, plan_stack(loaded.stack, catalog))
 
 
 def print_table(table: Table) -> None:

@@ -1,5 +1,5 @@
 """``gpufleet cost STACK...|--all``: what each stack's AKS node pools cost, from the catalog's price table. The figures
-are :mod:`gpufleet.cost`'s; this module only loads stacks, prints and exits."""
+are :mod:`gpufleet.azure.cost`'s; this module only loads stacks, prints and exits."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from gpufleet.cli.common import (
 if TYPE_CHECKING:
     from decimal import Decimal
 
-    from gpufleet.cost import PoolCost, StackCost
+    from gpufleet.azure.cost import PoolCost, StackCost
 
 
 def cost(
@@ -46,8 +46,8 @@ def cost(
 
     JSON: one object for one STACK, a list with several or --all. Exit 1 when a stack is invalid (others shown).
     """
+    from gpufleet.azure.cost import stack_cost
     from gpufleet.catalog import load_catalog
-    from gpufleet.cost import stack_cost
     from gpufleet.spec.files import stack_files
     from gpufleet.spec.load import load_stack
 
@@ -88,20 +88,20 @@ def cost(
 
 def _hourly(value: Decimal | None) -> str:
     """A table cell: the amount without its currency (the table's title names it)."""
-    from gpufleet.cost import money
+    from gpufleet.azure.cost import money
 
     return money(value, "")
 
 
 def _monthly(value: Decimal | None) -> str:
-    from gpufleet.cost import money
+    from gpufleet.azure.cost import money
 
     return money(value, "", cents=False)
 
 
 def _spot_line(p: PoolCost, currency: str) -> str | None:
     """What spot saves (a spot pool) or would save (the others) at the pool's maximum, when both prices are known."""
-    from gpufleet.cost import money
+    from gpufleet.azure.cost import money
 
     saving = p.spot_savings_per_hour(p.nodes_max)
     if saving is None or p.nodes_max == 0:
@@ -115,7 +115,7 @@ def _spot_line(p: PoolCost, currency: str) -> str | None:
 def render_stack_cost(figures: StackCost) -> None:
     """One table per stack: a row per pool and the total of the priced pools; then each pool's size and price
     (source, date), what spot and reservations would change, notes and warnings. Fits 80 columns."""
-    from gpufleet.cost import HOURS_PER_MONTH, money
+    from gpufleet.azure.cost import HOURS_PER_MONTH, money
 
     cur = figures.currency
     out.print(
@@ -185,7 +185,7 @@ def render_stack_cost(figures: StackCost) -> None:
 def pool_cost_line(p: PoolCost, figures: StackCost) -> str:
     """``plan``'s one line per pool (markup-safe): per hour and per month from min to max nodes, the rate, the idle
     cost; or why there is no figure."""
-    from gpufleet.cost import HOURS_PER_MONTH, money
+    from gpufleet.azure.cost import HOURS_PER_MONTH, money
 
     cur = figures.currency
     if not p.priced:

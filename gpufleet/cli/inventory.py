@@ -25,7 +25,7 @@ from gpufleet.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from gpufleet.inventory import Inventory
+    from gpufleet.baremetal.inventory import Inventory
     from gpufleet.spec.models import Stack
 
 INVENTORY_FILES = ("hosts.yml", "hosts.yaml")
@@ -58,9 +58,9 @@ def _inventory_file(stack: Stack, project: Path) -> Path:
 
 
 def _from_file(stack: Stack, project: Path, as_json: bool) -> tuple[Inventory, str]:
-    from gpufleet.inventory import InventoryError, inventory_from_document
+    from gpufleet.baremetal.inventory import InventoryError, inventory_from_document
+    from gpufleet.common.yamldoc import plain, read_yaml
     from gpufleet.spec.files import display_path
-    from gpufleet.yamldoc import plain, read_yaml
 
     assert stack.baremetal is not None
     path = display_path(_inventory_file(stack, project))
@@ -94,7 +94,7 @@ def inventory(
 
     Converge with: ansible-playbook ansible/site.yml -i FILE -e gpufleet_stack=STACK
     """
-    from gpufleet.inventory import InventoryError, stack_inventory
+    from gpufleet.baremetal.inventory import InventoryError, stack_inventory
     from gpufleet.mig.outputs import dump_yaml
 
     loaded = load_or_exit(stack, root, as_json, "no inventory written")

@@ -14,8 +14,10 @@ from gpufleet.cli.common import (
     EXIT_INVALID,
     JsonOpt,
     RootOpt,
+    command,
     emit_json,
     err,
+    group,
     load_or_exit,
     out,
     print_diagnostics,
@@ -26,9 +28,9 @@ from gpufleet.cli.common import (
 )
 from gpufleet.lab.config import LAB_STACK
 
-lab_app = typer.Typer(
+lab_app = group(
+    "Local lab VMs: two NUMA nodes, SR-IOV, a Redfish BMC each.",
     help="The local bare-metal lab: Debian VMs with two NUMA nodes, an SR-IOV device and a Redfish BMC each.",
-    no_args_is_help=True,
 )
 
 
@@ -80,7 +82,7 @@ InventoryOpt = Annotated[
 ]
 
 
-@lab_app.command("up")
+@command(lab_app, "up", "Start the lab's hosts and BMCs and write its inventory.")
 def lab_up(
     hosts: HostsOpt = 2,
     fresh: Annotated[bool, typer.Option("--fresh", help="Recreate the hosts from the image.")] = False,
@@ -128,7 +130,7 @@ def lab_up(
     out.print(f"lab up in {result.total_seconds:.0f} s: {len(result.hosts)} host(s), inventory {inventory}")
 
 
-@lab_app.command("status")
+@command(lab_app, "status", "The lab's hosts: power state, SSH, console logs.")
 def lab_status(hosts: HostsOpt = 2, prefix: PrefixOpt = "lab", as_json: JsonOpt = False) -> None:
     """Hosts, their power state (through Redfish), whether SSH answers, and each host's serial console log."""
     rows = _lab(hosts, prefix, as_json).status()
@@ -146,7 +148,7 @@ def lab_status(hosts: HostsOpt = 2, prefix: PrefixOpt = "lab", as_json: JsonOpt 
     out.print(table)
 
 
-@lab_app.command("down")
+@command(lab_app, "down", "Power the lab's hosts off and remove them.")
 def lab_down(hosts: HostsOpt = 2, prefix: PrefixOpt = "lab") -> None:
     """Power the hosts off through Redfish (or stop the system containers), remove them, and stop the daemons the
     lab started once no VM lab is left."""
@@ -160,7 +162,7 @@ def _playbook_exit(rc: int) -> typer.Exit:
     return typer.Exit(rc if rc in (1, 2) else 1)
 
 
-@lab_app.command("converge")
+@command(lab_app, "converge", "Run ansible/site.yml on the lab.")
 def lab_converge(
     check: Annotated[bool, typer.Option("--check", help="Ansible check mode: report, change nothing.")] = False,
     limit: Annotated[str | None, typer.Option("--limit", help="Ansible host pattern.")] = None,
@@ -188,7 +190,7 @@ def lab_converge(
         raise _playbook_exit(result.rc)
 
 
-@lab_app.command("run")
+@command(lab_app, "run", "The main job on the lab (make lab), timed by phase.")
 def lab_run(
     hosts: HostsOpt = 2,
     fresh: Annotated[bool, typer.Option("--fresh", help="Recreate the hosts from the image first.")] = False,
@@ -228,7 +230,7 @@ def lab_run(
         raise typer.Exit(EXIT_INVALID)
 
 
-@lab_app.command("verify")
+@command(lab_app, "verify", "Each lab host's real state against its plan.")
 def lab_verify(as_json: JsonOpt = False, root: RootOpt = None) -> None:
     """Each lab host's real state against its plan: NUMA nodes, /proc/cmdline, hugepages, VFs, kubelet pinning,
     and on hosts with NVIDIA GPUs the driver (judged as the nvidia_driver role's verify tasks judge it). Exit 1 when
@@ -246,7 +248,7 @@ def lab_verify(as_json: JsonOpt = False, root: RootOpt = None) -> None:
         raise typer.Exit(EXIT_INVALID)
 
 
-@lab_app.command("budget")
+@command(lab_app, "budget", "The last lab test run's steps against their time budget.")
 def lab_budget(
     record: Annotated[
         Path | None,
@@ -260,7 +262,7 @@ def lab_budget(
     total, and the steps over budget named. `make test` ends with it. Exit 0 also with steps over budget (timings
     vary with the machine's load; `make bench` counts them as missed targets); 1 when the table or the record is
     malformed."""
-    from gpufleet.diagnostics import ValidationFailed
+    from gpufleet.common.diagnostics import ValidationFailed
     from gpufleet.lab.budget import last_report
 
     try:

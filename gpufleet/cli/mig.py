@@ -12,8 +12,10 @@ from rich.table import Table
 from gpufleet.cli.common import (
     EXIT_INVALID,
     JsonOpt,
+    command,
     emit_json,
     err,
+    group,
     out,
     print_diagnostics,
     print_table,
@@ -21,7 +23,7 @@ from gpufleet.cli.common import (
     usage_error,
 )
 
-mig_app = typer.Typer(help="MIG profiles and layouts per GPU model.", no_args_is_help=True)
+mig_app = group("MIG profiles and layouts per GPU model.")
 
 
 def _resolve_gpu(gpu: str, as_json: bool, empty: dict[str, Any]) -> Any:
@@ -43,7 +45,7 @@ GpuArg = Annotated[
 ]
 
 
-@mig_app.command("profiles")
+@command(mig_app, "profiles", "A GPU model's MIG profiles and every maximal layout.")
 def mig_profiles(gpu: GpuArg, as_json: JsonOpt = False) -> None:
     """The MIG profiles of one GPU model (slices, placements {starts}:size on the memory-slice axis, max
     instances per GPU, usable memory) and every maximal layout. Exit 1 for an unknown GPU or one without MIG."""
@@ -112,7 +114,7 @@ def _parse_profiles(args: list[str]) -> dict[str, int]:
     return counts
 
 
-@mig_app.command("check")
+@command(mig_app, "check", "Does a set of MIG instances fit one GPU, and where.")
 def mig_check(
     gpu: GpuArg,
     profiles: Annotated[list[str], typer.Argument(help="Instances: PROFILE or PROFILE=COUNT, e.g. 3g.40gb=2 1g.10gb")],
@@ -142,7 +144,7 @@ def mig_check(
         raise typer.Exit(EXIT_INVALID)
 
 
-@mig_app.command("pack")
+@command(mig_app, "pack", "Pack a MIG demand onto the fewest GPUs, or repack a fleet.")
 def mig_pack(
     demand: Annotated[Path, typer.Option("--demand", help="Demand file (YAML): instances per profile per GPU model.")],
     output: Annotated[

@@ -1,6 +1,6 @@
 """``gpufleet promote``: move a release block to the next stack, record deployments and verifications, show where
-each release runs, mend a torn ledger line. The rules are :mod:`gpufleet.promote`'s and the ledger
-:mod:`gpufleet.promote_ledger`'s; this module only parses, prints and exits.
+each release runs, mend a torn ledger line. The rules are :mod:`gpufleet.fleet.promote`'s and the ledger
+:mod:`gpufleet.fleet.promote_ledger`'s; this module only parses, prints and exits.
 
 ``gpufleet promote TARGET`` is ``gpufleet promote to TARGET`` (the group's default command).
 """
@@ -23,8 +23,10 @@ from gpufleet.cli.common import (
     EXIT_INVALID,
     JsonOpt,
     RootOpt,
+    command,
     emit_json,
     err,
+    group,
     load_or_exit,
     out,
     project_root,
@@ -36,9 +38,9 @@ from gpufleet.cli.common import (
 if TYPE_CHECKING:
     import datetime as dt
 
-    from gpufleet.cost import CostDelta
-    from gpufleet.promote import Decision, Policy, Refusal, StackStatus
-    from gpufleet.promote_ledger import Entry
+    from gpufleet.azure.cost import CostDelta
+    from gpufleet.fleet.promote import Decision, Policy, Refusal, StackStatus
+    from gpufleet.fleet.promote_ledger import Entry
 
 
 class Outcome(StrEnum):
@@ -61,19 +63,19 @@ class DefaultToGroup(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-promote_app = typer.Typer(
+promote_app = group(
+    "Promote a release stage by stage, with gates and a ledger.",
     cls=DefaultToGroup,
     help=(
         "Promote a stack's release block (pinned versions) to the next stack, stage by stage and wave by wave, "
         "with the gates of promotion.yaml; record deployments and verifications in the ledger. "
         "'gpufleet promote TARGET' is 'gpufleet promote to TARGET'."
     ),
-    no_args_is_help=True,
 )
 
 
 def _policy(root: Path) -> Policy:
-    from gpufleet.promote import load_policy
+    from gpufleet.fleet.promote import load_policy
 
     loaded = load_policy(root)
     if loaded.policy is None:
@@ -87,8 +89,8 @@ def _policy(root: Path) -> Policy:
 def _refusing() -> Iterator[None]:
     """A ledger that is not sound (a malformed or torn line, a broken chain) or git missing or failing: say so on
     one line and exit 1; nothing is written."""
-    from gpufleet.promote import GitError
-    from gpufleet.promote_ledger import LedgerError
+    from gpufleet.fleet.promote import GitError
+    from gpufleet.fleet.promote_ledger import LedgerError
 
     try:
         yield
@@ -99,7 +101,7 @@ def _refusing() -> Iterator[None]:
 
 def _stack_name(name: str, what: str) -> str:
     """``name`` when it is a stack name (``<stage>-<region>``); a usage error otherwise (no paths)."""
-    from gpufleet.promote import is_stack_name
+    from gpufleet.fleet.promote import is_stack_name
 
     if not is_stack_name(name):
         raise usage_error(
@@ -132,7 +134,7 @@ def _apply(root: Path, target: str) -> bool | None:
     return True
 
 
-@promote_app.command("to")
+@command(promote_app, "to", "Move a release into the next stack, if every gate passes.")
 def promote_to(
     target: Annotated[str, typer.Argument(help="The stack that gets the release, e.g. prod-westeurope.")],
     source: Annotated[
@@ -155,7 +157,7 @@ def promote_to(
 
     Exit 0 when promoted (or nothing to do, or a dry run that would pass), 1 when refused, 2 on usage errors.
     """
-    from gpufleet.promote import default_source
+    from gpufleet.fleet.promote import default_source
 
     if force and not (reason and reason.strip()):
         raise usage_error("--force needs --reason TEXT: the ledger records why the gates were forced")
@@ -207,8 +209,8 @@ def _decide_and_write(
     """Decide, and unless refused or a dry run, write the target's stack file and the ledger's entry: all under the
     ledger's exclusive lock, so a second run at the same time decides on what this one wrote (no promotion twice).
     Returns the decision, the refusals that block, those forced, and whether it was written."""
-    from gpufleet.promote import StackFiles, decide, git_commit, write_target
-    from gpufleet.promote_ledger import LEDGER_FILE, Ledger, new_entry, now_utc
+    from gpufleet.fleet.promote import StackFiles, decide, git_commit, write_target
+    from gpufleet.fleet.promote_ledger import LEDGER_FILE, Ledger, new_entry, now_utc
 
     with Ledger(project / LEDGER_FILE).locked() as txn:
         files = StackFiles.read(project, [*policy.stacks(), source])
@@ -241,8 +243,8 @@ def _decide_and_write(
 
 def _apply_and_record(project: Path, target: str, release: str) -> bool | None:
     """``pulumi up`` for the promoted target and the deployment's ledger entry; None when there is no Pulumi."""
-    from gpufleet.promote import git_commit
-    from gpufleet.promote_ledger import LEDGER_FILE, Ledger, new_entry, now_utc
+    from gpufleet.fleet.promote import git_commit
+    from gpufleet.fleet.promote_ledger import LEDGER_FILE, Ledger, new_entry, now_utc
 
     applied = _apply(project, target)
     if applied is not None:
@@ -281,7 +283,7 @@ def _cost_change(decision: Decision) -> tuple[CostDelta, str] | None:
 def _print_cost_change(cost: tuple[CostDelta, str]) -> None:
     """One line when the cost is unchanged; else a row per pool that changes and the total, per hour and per month
     at min and max nodes."""
-    from gpufleet.cost import FIGURES, signed
+    from gpufleet.azure.cost import FIGURES, signed
 
     delta, note = cost
     if not delta.changed:
@@ -342,7 +344,7 @@ def _print_decision(
         )
 
 
-@promote_app.command("record")
+@command(promote_app, "record", "Record a deployment or verification outcome in the ledger.")
 def promote_record(
     stack: Annotated[str, typer.Argument(help="The stack the outcome is about, e.g. staging-westeurope.")],
     result: Annotated[
@@ -376,8 +378,8 @@ def promote_record(
     time has passed (counted from when the record is written, whatever --at says). The stack file must be committed;
     --at can be neither in the future nor before the last commit that changed the stack file.
     """
-    from gpufleet.promote import git_commit, release_hash
-    from gpufleet.promote_ledger import LEDGER_FILE, Ledger, new_entry, now_utc, parse_time
+    from gpufleet.fleet.promote import git_commit, release_hash
+    from gpufleet.fleet.promote_ledger import LEDGER_FILE, Ledger, new_entry, now_utc, parse_time
 
     project = project_root(root)
     _stack_name(stack, "STACK")
@@ -410,7 +412,7 @@ def _outcome(
     report cannot be read, is another stack's, or says otherwise than --result)."""
     import json
 
-    from gpufleet.promote import report_hosts
+    from gpufleet.fleet.promote import report_hosts
 
     if report is None:
         if result is None:
@@ -430,8 +432,8 @@ def _outcome(
 def _check_recordable(project: Path, path: Path, at: dt.datetime | None, now: dt.datetime) -> None:
     """Exit unless an outcome can be recorded for the stack file ``path``: committed (exit 1), and ``at`` (when
     given) neither after ``now`` nor before the file's last commit (exit 2)."""
-    from gpufleet.promote import last_change, uncommitted
-    from gpufleet.promote_ledger import iso
+    from gpufleet.fleet.promote import last_change, uncommitted
+    from gpufleet.fleet.promote_ledger import iso
 
     if uncommitted(project, [path]):
         err.print(
@@ -451,12 +453,12 @@ def _check_recordable(project: Path, path: Path, at: dt.datetime | None, now: dt
         )
 
 
-@promote_app.command("status")
+@command(promote_app, "status", "Which release each stack runs, and what may move next.")
 def promote_status(as_json: JsonOpt = False, root: RootOpt = None) -> None:
     """Which release each stack runs (stage x region), its verification and soak, what may move next, and the
     promotions that were forced past gates (with their reasons)."""
-    from gpufleet.promote import StackFiles, status
-    from gpufleet.promote_ledger import LEDGER_FILE, Ledger, iso, now_utc
+    from gpufleet.fleet.promote import StackFiles, status
+    from gpufleet.fleet.promote_ledger import LEDGER_FILE, Ledger, iso, now_utc
 
     project = project_root(root)
     policy = _policy(project)
@@ -500,7 +502,7 @@ def promote_status(as_json: JsonOpt = False, root: RootOpt = None) -> None:
 
 
 def _forced_json(e: Entry | None) -> dict[str, Any] | None:
-    from gpufleet.promote_ledger import iso
+    from gpufleet.fleet.promote_ledger import iso
 
     return None if e is None else {"time": iso(e.time), "from": e.source, "gates": list(e.forced), "reason": e.reason}
 
@@ -520,12 +522,12 @@ def _status_cell(r: StackStatus) -> str:
     return cell
 
 
-@promote_app.command("repair")
+@command(promote_app, "repair", "Mend a torn last line of the ledger.")
 def promote_repair(as_json: JsonOpt = False, root: RootOpt = None) -> None:
     """Mend a torn last line of the ledger (a write cut off before its end, e.g. by a crash or a full disk): add its
     newline when it is a whole entry that fits the chain, remove it otherwise. Nothing else is changed; a ledger
     that is broken elsewhere is refused (restore it from git)."""
-    from gpufleet.promote_ledger import LEDGER_FILE, Ledger
+    from gpufleet.fleet.promote_ledger import LEDGER_FILE, Ledger
 
     with _refusing():
         fixed = Ledger(project_root(root) / LEDGER_FILE).repair()

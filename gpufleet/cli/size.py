@@ -15,7 +15,7 @@ from gpufleet.cli.common import EXIT_INVALID, JsonOpt, emit_json, err, out, prin
 
 if TYPE_CHECKING:
     from gpufleet.catalog.llm import LanguageModel
-    from gpufleet.sizing import Option, Request, Sizing
+    from gpufleet.fleet.sizing import Option, Request, Sizing
 
 _TRAINING_ONLY = ("optimizer_bytes", "checkpointing", "zero_stage", "shard_degree", "micro_batch", "seq_len")
 _INFERENCE_ONLY = ("dtype", "kv_dtype", "context", "concurrency")
@@ -94,9 +94,9 @@ def size(
     decode tokens/s and $/hour (with --region). Exit 1 for a bad input or when nothing fits."""
     given = {k: v for k, v in locals().items() if v is not None}
     _check_usage(given, mode, write_pool, as_json)
-    from gpufleet import sizing
     from gpufleet.catalog import UnknownGpu, load_catalog
     from gpufleet.catalog.llm import UnknownModel
+    from gpufleet.fleet import sizing
 
     catalog = load_catalog()
     try:
@@ -130,7 +130,7 @@ def _check_usage(given: dict[str, object], mode: str, write_pool: bool, as_json:
 
 def _model(given: dict[str, object]) -> LanguageModel:
     from gpufleet.catalog.llm import LanguageModel, load_models
-    from gpufleet.sizing import SizingError
+    from gpufleet.fleet.sizing import SizingError
 
     if "model" in given:
         return load_models().model(str(given["model"]))
@@ -159,7 +159,7 @@ def _model(given: dict[str, object]) -> LanguageModel:
 
 
 def _request(given: dict[str, object], mode: str) -> Request:
-    from gpufleet.sizing import Inference, Training
+    from gpufleet.fleet.sizing import Inference, Training
 
     g = given.get
     if mode == "training":
@@ -197,7 +197,7 @@ def _num(value: float | None, fmt: str, none: str) -> str:
 
 
 def _print(result: Sizing, lm: LanguageModel, request: Request) -> None:
-    from gpufleet.sizing import Inference
+    from gpufleet.fleet.sizing import Inference
 
     mem = result.memory
     what = (

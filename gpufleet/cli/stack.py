@@ -14,8 +14,8 @@ from gpufleet.cli.common import (
     StackArg,
     emit_json,
     err,
-    load_or_exit,
     out,
+    planned_or_exit,
     print_diagnostics,
     project_root,
     resolve_or_exit,
@@ -24,7 +24,7 @@ from gpufleet.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from gpufleet.cost import StackCost
+    from gpufleet.azure.cost import StackCost
     from gpufleet.plan.model import PoolPlan, StackPlan
 
 
@@ -78,14 +78,11 @@ def plan(
 ) -> None:
     """What a stack describes, resolved against the hardware catalog: pools (GPU model, GPUs, vCPUs, RAM per
     node, MIG instances per node, derived labels) and bare-metal host groups."""
-    from gpufleet.catalog import load_catalog
-    from gpufleet.cost import stack_cost
-    from gpufleet.plan.build import plan_stack
+    from gpufleet.azure.cost import stack_cost
 
-    loaded = load_or_exit(stack, root, as_json, "nothing planned")
-    catalog = load_catalog()
-    result = plan_stack(loaded, catalog)
-    costs = stack_cost(loaded, catalog)
+    planned = planned_or_exit(stack, root, as_json, "nothing planned")
+    result = planned.plan
+    costs = stack_cost(planned.stack, planned.catalog)
     if as_json:
         emit_json({**result.to_dict(), "cost": costs.to_dict()})
         return
@@ -126,17 +123,14 @@ def render(
     Exit 0 when every GPU DaemonSet reaches every pool it must serve, 1 when one does not (the files are still
     written, for review), when the stack is invalid, or when a chart is missing or helm fails (nothing written).
     """
-    from gpufleet import charts
-    from gpufleet.catalog import load_catalog
-    from gpufleet.cost import stack_cost
-    from gpufleet.gpu_software import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART
-    from gpufleet.plan.build import plan_stack
+    from gpufleet.azure.cost import stack_cost
+    from gpufleet.kube import charts
+    from gpufleet.kube.gpu_software import DEVICE_PLUGIN_CHART, GPU_OPERATOR_CHART
 
     if chart not in (None, GPU_OPERATOR_CHART, DEVICE_PLUGIN_CHART):
         raise usage_error(f"--chart {chart!r}: use {GPU_OPERATOR_CHART} or {DEVICE_PLUGIN_CHART}")
-    loaded = load_or_exit(stack, root, as_json, "nothing rendered")
-    catalog = load_catalog()
-    plan_ = plan_stack(loaded, catalog)
+    planned = planned_or_exit(stack, root, as_json, "nothing rendered")
+    plan_ = planned.plan
     if chart is not None and plan_.cluster is not None and chart != plan_.cluster.gpu_chart:
         raise usage_error(
             f"--chart {chart}: stack {plan_.stack} is an AKS cluster whose pools decide its chart "
@@ -148,7 +142,7 @@ def render(
             directory=charts_dir,
             baremetal_chart=chart or GPU_OPERATOR_CHART,
             progress=lambda m: err.print(f"[dim]{shown(m)}[/dim]"),
-            cost=stack_cost(loaded, catalog) if loaded.aks is not None else None,
+            cost=stack_cost(planned.stack, planned.catalog) if planned.stack.aks is not None else None,
         )
         written = charts.write(result, output) if output is not None else []
     except charts.ChartError as exc:
@@ -243,7 +237,7 @@ def _api_line(p: PoolPlan) -> str:
     """How the pool reaches AKS: NAP objects, the SDK's typed AgentPool, or the generic ARM resource at a newer API
     version (with what needs it, and whether that is a preview API)."""
     if p.kind == "nap" or p.api is None:
-        from gpufleet.nap import object_name
+        from gpufleet.kube.nap import object_name
 
         return f"node auto-provisioning: Karpenter NodePool and AKSNodeClass {object_name(p)}"
     if not p.api.generic:
@@ -291,7 +285,7 @@ def _render_pool(p: PoolPlan, costs: StackCost) -> None:
 
 def _render_baseline(result: StackPlan) -> None:
     """The cluster's access, network and egress settings, and its AKS secure baseline: waived and failing rules."""
-    from gpufleet.baseline import audit
+    from gpufleet.azure.baseline import audit
 
     c = result.cluster
     assert c is not None

@@ -13,8 +13,10 @@ from gpufleet.cli.common import (
     EXIT_INVALID,
     JsonOpt,
     RootOpt,
+    command,
     emit_json,
     err,
+    group,
     load_or_exit,
     out,
     printable,
@@ -23,8 +25,9 @@ from gpufleet.cli.common import (
     usage_error,
 )
 
-topology_app = typer.Typer(
-    help="Host topology: NUMA nodes, CPU pinning, hugepages, SR-IOV, kubelet.", no_args_is_help=True
+topology_app = group(
+    "Host tuning: NUMA, CPU pinning, hugepages, SR-IOV, kubelet.",
+    help="Host topology: NUMA nodes, CPU pinning, hugepages, SR-IOV, kubelet.",
 )
 
 
@@ -79,7 +82,7 @@ def _with_overrides(profile: Any, cores_per_gpu: str | None, reserve_cores: int 
         raise usage_error(f"{option}: {problem['msg']}") from None
 
 
-@topology_app.command("plan")
+@command(topology_app, "plan", "A host's NUMA plan: CPUs, hugepages, kernel args, kubelet.")
 def topology_plan(
     host_root: Annotated[
         Path, typer.Option("--host-root", help="Root holding the host's sys/ and proc/ ('/' on the host itself).")
@@ -127,8 +130,8 @@ def topology_plan(
 
 def _check_host_root(host_root: Path) -> None:
     """Exit 2 unless ``host_root`` holds ``sys/devices/system/node``; a path there that cannot be followed (a
-    symlink loop) is a :class:`~gpufleet.hostfacts.FactsError`."""
-    from gpufleet.hostfacts import FactsError
+    symlink loop) is a :class:`~gpufleet.host.hostfacts.FactsError`."""
+    from gpufleet.host.hostfacts import FactsError
 
     node_dir = os.path.join(host_root, "sys/devices/system/node")
     try:
@@ -145,8 +148,8 @@ def _planned_host(host_root: Path, tuning: Any, name: str, as_json: bool) -> tup
     """The facts of the host below ``host_root`` and its topology plan under ``tuning``; exit 1 with the reason when
     the tree is not a host's or the plan is impossible."""
     from gpufleet.catalog import load_catalog
-    from gpufleet.hostfacts import FactsError, read_host
-    from gpufleet.topology import TopologyError, plan
+    from gpufleet.host.hostfacts import FactsError, read_host
+    from gpufleet.host.topology import TopologyError, plan
 
     try:
         _check_host_root(host_root)
@@ -170,7 +173,7 @@ def _refuse(host: str, message: str, detail: dict[str, Any], as_json: bool) -> N
 def _render_topology(p: Any, facts: dict[str, Any]) -> None:
     """Per NUMA node: CPUs, memory, GPUs, NICs and what the plan assigns. Text from the host (its name, CPU vendor,
     kernel, PCI addresses, interface names) is printed as it is: escaped, no markup or emoji of its own."""
-    from gpufleet.hostfacts import format_cpulist
+    from gpufleet.host.hostfacts import format_cpulist
 
     def say(text: str, markup: bool = True) -> None:
         out.print(text, markup=markup, emoji=False)
@@ -253,7 +256,7 @@ def _host_group(stack: str | None, name: str | None, root: Path | None) -> tuple
     return chosen.tuning_profile(group.tuning_profile), group.mig
 
 
-@topology_app.command("slurm")
+@command(topology_app, "slurm", "A host's Slurm gres.conf and NodeName lines.")
 def topology_slurm(
     host_root: Annotated[
         Path, typer.Option("--host-root", help="Root holding the host's sys/ and proc/ ('/' on the host itself).")
@@ -271,7 +274,7 @@ def topology_slurm(
     """A host's Slurm lines: gres.conf (its GPUs with their NUMA node's cores; AutoDetect=nvml for MIG instances) and
     the slurm.conf NodeName line (sockets, cores, threads, memory, GPUs by model and MIG profile). JSON:
     {name, gres_conf:[str], slurm_conf}. Exit 1 when the host's facts are wrong, 2 for a usage error."""
-    from gpufleet.slurm import slurm_node
+    from gpufleet.host.slurm import slurm_node
 
     profile, layout = _host_group(stack, host_group, root)
     name = node_name or os.path.basename(os.path.realpath(host_root)) or "localhost"

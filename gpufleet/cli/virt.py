@@ -14,8 +14,10 @@ from gpufleet.cli.common import (
     EXIT_INVALID,
     JsonOpt,
     RootOpt,
+    command,
     emit_json,
     err,
+    group,
     load_or_exit,
     out,
     print_table,
@@ -24,8 +26,9 @@ from gpufleet.cli.common import (
 )
 from gpufleet.cli.topology import _check_host_root, _refuse, _tuning_profile
 
-virt_app = typer.Typer(
-    help="GPU virtual machines: VM plans, libvirt domains and KubeVirt manifests.", no_args_is_help=True
+virt_app = group(
+    "GPU VMs: VM plans, libvirt domains, KubeVirt manifests.",
+    help="GPU virtual machines: VM plans, libvirt domains and KubeVirt manifests.",
 )
 
 
@@ -84,7 +87,7 @@ def _with_overrides(request: Any, update: dict[str, Any]) -> Any:
         raise usage_error(f"{option}: {problem['msg']}") from None
 
 
-@virt_app.command("plan")
+@command(virt_app, "plan", "A host's GPU VMs: CPUs, hugepages, devices, libvirt XML.")
 def virt_plan(
     stack: Annotated[
         str | None, typer.Argument(help="Stack whose host group's virtualization: to plan (with --host-root).")
@@ -167,10 +170,10 @@ def _plan_or_exit(host_root: Path, request: Any, tuning: Any, name: str, as_json
     """The VM plan of the host under ``host_root``; exit 1 on one line when its facts are wrong or the VMs do not
     fit (``{host, ok: false, error}`` under ``--json``)."""
     from gpufleet.catalog import load_catalog
-    from gpufleet.hostfacts import FactsError, read_host
-    from gpufleet.topology import TopologyError
-    from gpufleet.virt import VirtError
-    from gpufleet.virt import plan as plan_vms
+    from gpufleet.host.hostfacts import FactsError, read_host
+    from gpufleet.host.topology import TopologyError
+    from gpufleet.host.virt import VirtError
+    from gpufleet.host.virt import plan as plan_vms
 
     try:
         _check_host_root(host_root)
@@ -189,9 +192,9 @@ def _write_outputs(
     any is written; the files written and where KubeVirt gives less than the plan. Exit 1 on one line when KubeVirt
     manifests cannot be made for the plan or a directory cannot be written."""
     from gpufleet.catalog import load_catalog
-    from gpufleet.kubevirt import KubeVirtError, manifests
+    from gpufleet.host.virt_xml import domain_xml
+    from gpufleet.kube.kubevirt import KubeVirtError, manifests
     from gpufleet.mig.outputs import dump_yaml
-    from gpufleet.virt_xml import domain_xml
 
     outputs: list[tuple[str, Path, dict[str, str]]] = []
     notes: tuple[str, ...] = ()
@@ -234,8 +237,8 @@ def _pages(size_kib: int, count: int) -> str:
 
 
 def _render(p: Any, request: Any, written: list[Path], notes: tuple[str, ...]) -> None:
-    from gpufleet.hostfacts import format_cpulist
-    from gpufleet.virt import describe
+    from gpufleet.host.hostfacts import format_cpulist
+    from gpufleet.host.virt import describe
 
     out.print(
         f"[bold]{shown(p.host)}[/bold]: {len(p.vms)} VM(s) of {request.vcpus} vCPUs and {request.memory_gib:g} GiB"

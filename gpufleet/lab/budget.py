@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet.diagnostics import Diagnostic, ValidationFailed, format_path
+from gpufleet.common.diagnostics import Diagnostic, ValidationFailed, format_path
 
 BUDGET_FILE = "tests/lab/budget.yaml"  # relative to the project root
 RECORD_NAME = "make-test-lab"  # build/timings/make-test-lab.json (gpufleet.lab.job.record)
@@ -46,7 +46,7 @@ class Budget:
 def load_budget(path: Path, name: str | None = None) -> Budget:
     """The table in ``path`` (called ``name`` in messages, by default the path); :class:`ValidationFailed` with a
     ``file:line: key: message`` per malformed line."""
-    from gpufleet.yamldoc import Locator, read_yaml
+    from gpufleet.common.yamldoc import Locator, read_yaml
 
     file = name or str(path)
     doc, diagnostics = read_yaml(path)

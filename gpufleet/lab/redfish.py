@@ -1,8 +1,8 @@
 """The lab's BMCs: one ``sushy-emulator`` (OpenStack's Redfish emulator, libvirt driver) and a Redfish client.
 
 The emulator listens on 127.0.0.1 with HTTP basic auth (a bcrypt htpasswd file) and serves only the lab's
-domains (``SUSHY_EMULATOR_ALLOWED_INSTANCES``). The client is :class:`gpufleet.bmc.Bmc` (sushy), the code a real
-region's BMCs are driven with: ``ComputerSystem`` power state, ``ComputerSystem.Reset`` among its allowed types.
+domains (``SUSHY_EMULATOR_ALLOWED_INSTANCES``). The client is :class:`gpufleet.baremetal.bmc.Bmc` (sushy), the code a
+real region's BMCs are driven with: ``ComputerSystem`` power state, ``ComputerSystem.Reset`` among its allowed types.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufleet.bmc import Bmc, BmcError, Endpoint, Inventory
+from gpufleet.baremetal.bmc import Bmc, BmcError, Endpoint, Inventory
 from gpufleet.lab.config import REDFISH_PORT, lab_dir, write_private
 from gpufleet.lab.virt import URI, alive, start_daemon, started_daemons, tcp_listener, virsh
 
@@ -50,7 +50,7 @@ def credentials() -> Credentials:
 
 
 class Client:
-    """The lab's BMC through :class:`gpufleet.bmc.Bmc`, connected on first use. ``retry_seconds``: how long a
+    """The lab's BMC through :class:`gpufleet.baremetal.bmc.Bmc`, connected on first use. ``retry_seconds``: how long a
     refused or reset connection is retried. The lab's one emulator restarts (for a second or two) when a lab is
     added or removed, and labs run side by side (the lab tests and the Molecule scenarios); a real BMC that resets
     its web server is the same case."""

@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet.hostfacts import NVIDIA
+from gpufleet.common.yamldoc import read_yaml
+from gpufleet.host import driverstate, hostfacts
+from gpufleet.host.hostfacts import NVIDIA
 from gpufleet.lab import ssh
-from gpufleet.yamldoc import read_yaml
 
-HOSTFACTS = Path(__file__).resolve().parents[1] / "hostfacts.py"
-DRIVERSTATE = Path(__file__).resolve().parents[1] / "driverstate.py"
+HOSTFACTS = Path(hostfacts.__file__)  # run on a host by its own python3, as the Ansible modules ship it
+DRIVERSTATE = Path(driverstate.__file__)
 KUBELET_DROPIN = "/etc/kubernetes/kubelet.conf.d/60-gpufleet-numa.conf"
 
 
@@ -50,7 +51,7 @@ class HostReport:
         }
 
     def render(self) -> str:
-        from gpufleet.hostfacts import format_cpulist
+        from gpufleet.host.hostfacts import format_cpulist
 
         verdict = "OK" if self.ok else "MISMATCH" if self.reachable else "UNREACHABLE"
         head = f"{self.host} (127.0.0.1:{self.port})  {verdict}"
@@ -94,17 +95,18 @@ def _remote_python(key: Path, port: int, script: str) -> str:
 
 
 def _remote_facts(key: Path, port: int) -> dict[str, Any]:
-    """The host's topology facts: gpufleet/hostfacts.py run by the host's own python3 (as the Ansible module does)."""
+    """The host's topology facts: gpufleet/host/hostfacts.py run by the host's own python3 (as the Ansible module
+    does)."""
     script = HOSTFACTS.read_text() + "\nimport json as _j\nprint(_j.dumps(read_host('/')))\n"
     return json.loads(_remote_python(key, port, script))
 
 
 def driver_mismatches(run_python: Callable[[str], str], branch: str, root: str = "/") -> list[str]:
     """How a host's NVIDIA driver differs from the plan of the release's ``branch`` (open modules, the source the
-    nvidia_driver role chooses for the host's distribution): gpufleet/driverstate.py read on the host through
-    ``run_python`` (a script in, its output back), judged by gpufleet.driver.driver_problems, as the role's verify
+    nvidia_driver role chooses for the host's distribution): gpufleet/host/driverstate.py read on the host through
+    ``run_python`` (a script in, its output back), judged by gpufleet.host.driver.driver_problems, as the role's verify
     tasks judge it."""
-    from gpufleet.driver import DriverPlanError, DriverState, Platform, driver_problems, plan_driver
+    from gpufleet.host.driver import DriverPlanError, DriverState, Platform, driver_problems, plan_driver
 
     source = DRIVERSTATE.read_text()
     facts = json.loads(run_python(source + f"\nimport json as _j\nprint(_j.dumps(read_platform({root!r})))\n"))
@@ -120,7 +122,7 @@ def driver_mismatches(run_python: Callable[[str], str], branch: str, root: str =
 
 def host_report(name: str, port: int, key: Path, profile: Any, driver_branch: str) -> HostReport:
     from gpufleet.catalog import load_catalog
-    from gpufleet.topology import plan
+    from gpufleet.host.topology import plan
 
     report = HostReport(name, port, ssh.reachable(key, port))
     if not report.reachable:

@@ -27,12 +27,12 @@ from typing import Annotated, Any
 from pydantic import Field, PlainValidator, ValidationError
 
 from gpufleet.catalog import Catalog, Gpu
-from gpufleet.diagnostics import Diagnostic, Finding
+from gpufleet.common.diagnostics import Diagnostic, Finding
+from gpufleet.common.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
 from gpufleet.mig.demand import MAX_FLEET_GPUS, mig_gpu
 from gpufleet.mig.placement import as_layout, check, unknown_profile
 from gpufleet.mig.repack import FleetGpu
 from gpufleet.spec.types import StrictModel, invalid
-from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
 
 MAX_GPUS_PER_HOST = 64  # GPU indices 0-63: well above the 8 or 16 GPUs of today's largest hosts
 _RANGE = re.compile(r"(?P<pre>[^\[\]]*)\[(?P<first>\d{1,9})-(?P<last>\d{1,9})\](?P<post>[^\[\]]*)")

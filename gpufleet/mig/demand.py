@@ -24,11 +24,11 @@ from typing import Annotated
 from pydantic import Field, ValidationError, model_validator
 
 from gpufleet.catalog import Catalog, Gpu
-from gpufleet.diagnostics import Diagnostic, Finding
+from gpufleet.common.diagnostics import Diagnostic, Finding
+from gpufleet.common.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
 from gpufleet.mig import MigError, profile_for_memory, usable_gib
 from gpufleet.mig.placement import unknown_profile
 from gpufleet.spec.types import StrictModel, invalid
-from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
 
 # The most GPUs of one model a demand may need. The largest GPU fleets hold about 100,000 GPUs; a demand beyond
 # that is a typo (and would make pack run for minutes and hold every GPU's layout in memory).

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufleet.catalog import Gpu, MigGeometry, MigProfile
-from gpufleet.diagnostics import did_you_mean
+from gpufleet.common.diagnostics import did_you_mean
 
 Layout = tuple[tuple[str, int], ...]  # ((profile, count), ...), largest instances first
 

@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any, Literal
 
-from gpufleet.aks import SYSTEM_POOL_TAINT, aks_pool_name
-from gpufleet.aks_api import agent_pool_properties, pool_api
-from gpufleet.baseline import (
+from gpufleet.azure.aks import SYSTEM_POOL_TAINT, aks_pool_name
+from gpufleet.azure.aks_api import agent_pool_properties, pool_api
+from gpufleet.azure.baseline import (
     AUDIT_LOG_CATEGORIES,
     AZURE_POLICY_ADDON,
     IMAGE_CLEANER_INTERVAL_HOURS,
@@ -22,8 +22,8 @@ from gpufleet.baseline import (
 )
 from gpufleet.catalog import Catalog, Gpu, VmSize
 from gpufleet.catalog.aks import load_aks_catalog
-from gpufleet.dcgm_diag import diag_level
-from gpufleet.gpu_software import (
+from gpufleet.fleet.dcgm_diag import diag_level
+from gpufleet.kube.gpu_software import (
     CHART_PINS,
     CLUSTER_POLICY,
     DEFAULT_DEVICE_PLUGIN_CONFIG,
@@ -40,7 +40,7 @@ from gpufleet.gpu_software import (
     operator_cr,
     software_labels,
 )
-from gpufleet.labels import (
+from gpufleet.kube.labels import (
     AKS_SPOT_LABEL,
     AKS_SPOT_TAINT,
     DEPLOY_DRIVER_LABEL,
@@ -168,7 +168,7 @@ def pool_labels(
     cr: OperatorCr = CLUSTER_POLICY,
 ) -> dict[str, str]:
     """The node labels a pool carries: the stack's own, gpufleet's pool and model labels, the labels ``chart``'s
-    software reads (:func:`gpufleet.gpu_software.software_labels`; ``cr``: the operator's custom resource), the
+    software reads (:func:`gpufleet.kube.gpu_software.software_labels`; ``cr``: the operator's custom resource), the
     operator's driver opt-out for AKS-driver pools in a cluster where other pools leave the driver to the operator,
     and AKS's spot label."""
     mig_config = pool.mig.config_name if isinstance(pool.mig, OperatorManagedMig) else None
@@ -252,7 +252,7 @@ def pool_plan(
     return dataclasses.replace(plan, api=pool_api(agent_pool_properties(plan), load_aks_catalog()))
 
 
-# -- the secure baseline's settings (gpufleet.baseline judges the result) -------------------------------------
+# -- the secure baseline's settings (gpufleet.azure.baseline judges the result) -------------------------------------
 
 
 def workspace_name(cluster: str) -> str:
@@ -461,7 +461,7 @@ def baremetal_operator_cr(stack: Stack) -> OperatorCr:
 
 
 def plan_stack(stack: Stack, catalog: Catalog) -> StackPlan:
-    """Resolve a *valid* stack (see :func:`gpufleet.spec.load_stack`) against the catalog."""
+    """Resolve a *valid* stack (see :func:`gpufleet.spec.load.load_stack`) against the catalog."""
     pool_layouts, host_layouts = stack_layouts(stack, catalog)
     cluster, pools = cluster_plan(stack, catalog, pool_layouts) if stack.aks is not None else (None, ())
     host_groups: tuple[HostGroupPlan, ...] = ()

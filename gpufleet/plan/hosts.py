@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from gpufleet.gpu_software import CHART_PINS, ChartRelease, label_patch
+from gpufleet.host.owners import HOST_DRIVER, OPERATOR_DRIVER
+from gpufleet.kube.gpu_software import CHART_PINS, ChartRelease, label_patch
 from gpufleet.mig.outputs import mig_parted_config
-from gpufleet.owners import HOST_DRIVER, OPERATOR_DRIVER
 from gpufleet.plan.build import baremetal_releases, plan_stack
 from gpufleet.plan.model import StackPlan, plain
 from gpufleet.spec.models import TuningProfile

@@ -1,6 +1,6 @@
 """The typed plan of a stack: what the planners decided, handed to the Pulumi program (``infra/``), the Ansible
 roles (through the ``gpufleet_plan`` lookup's host view), ``gpufleet plan`` and ``gpufleet render``. Frozen
-dataclasses, built once per stack by :func:`gpufleet.plan.plan_stack`; the consumers map them and decide nothing.
+dataclasses, built once per stack by :func:`gpufleet.plan.build.plan_stack`; the consumers map them and decide nothing.
 
 Where the plan passes on a part of the stack unchanged (the network, the security settings, a tuning profile) it
 holds the validated spec object itself: typed, frozen, and one fact in one place.
@@ -183,7 +183,7 @@ class PoolPlan:
     """One AKS GPU node pool, with every value the Pulumi program sets on its ``AgentPool``."""
 
     name: str
-    aks_name: str  # the node pool's name in AKS (gpufleet.aks.aks_pool_name)
+    aks_name: str  # the node pool's name in AKS (gpufleet.azure.aks.aks_pool_name)
     vm_size: str
     series: str
     gpu_model: str
@@ -214,11 +214,11 @@ class PoolPlan:
     encryption_at_host: bool
     advertiser: Advertiser  # what makes its GPUs allocatable (docs/kubernetes.md)
     nvlink_multi_node: bool  # its GPUs' NVLink domain spans nodes (GB200/GB300 NVL72): DRA ComputeDomains
-    # kind agentpool: an AKS node pool; nap: a Karpenter NodePool of node auto-provisioning (gpufleet.nap)
+    # kind agentpool: an AKS node pool; nap: a Karpenter NodePool of node auto-provisioning (gpufleet.kube.nap)
     kind: Literal["agentpool", "nap"] = "agentpool"
     # managed: AKS runs the driver, device plugin and DCGM exporter (gpuProfile.nvidia.managementMode Managed)
     gpu_management: Literal["unmanaged", "managed"] = "unmanaged"
-    # the AKS API the pool's AgentPool needs (gpufleet.aks_api.pool_api); None for kind nap
+    # the AKS API the pool's AgentPool needs (gpufleet.azure.aks_api.pool_api); None for kind nap
     api: PoolApi | None = None
 
     @property
@@ -240,7 +240,7 @@ class ClusterPlan:
     system_pool_taints: tuple[str, ...]
     network: Network = field(metadata=OMIT_NONE)
     security: Security
-    # the secure baseline's settings (gpufleet.baseline), decided once from network and security
+    # the secure baseline's settings (gpufleet.azure.baseline), decided once from network and security
     network_dataplane: str | None  # cilium with the Cilium network policy, else AKS's default
     egress: EgressPlan
     monitoring: MonitoringPlan | None  # None: no workspace, no diagnostic setting, no Defender
@@ -257,9 +257,9 @@ class ClusterPlan:
     operator_cr: OperatorCr | None
     # Auto: node auto-provisioning (Karpenter) is on, for the stack's kind nap pools (nodeProvisioningProfile.mode)
     node_provisioning: Literal["Manual", "Auto"] = "Manual"
-    # a Prometheus operator scrapes the GPU metrics (aks.gpu_software.monitoring): gpufleet.monitoring's objects
+    # a Prometheus operator scrapes the GPU metrics (aks.gpu_software.monitoring): gpufleet.kube.monitoring's objects
     gpu_metrics: bool = False
-    # GPU faults of the pools' nodes (aks.remediation): gpufleet.node_remediation's objects; None: not configured
+    # GPU faults of the pools' nodes (aks.remediation): gpufleet.kube.node_remediation's objects; None: not configured
     remediation: Remediation | None = field(default=None, metadata=OMIT_NONE)
 
     def addon(self, name: str) -> AddonPlan | None:
@@ -280,8 +280,9 @@ class HostGroupPlan:
     tuning_profile: str
     tuning: TuningProfile
     mig: MigPlan | None
-    node_labels: dict[str, dict[str, str]]  # chart -> labels (gpufleet.gpu_software.software_labels)
-    # the GPU Operator's workload config of its nodes (gpufleet.gpu_software.gpu_workload); None: hosts without GPUs
+    node_labels: dict[str, dict[str, str]]  # chart -> labels (gpufleet.kube.gpu_software.software_labels)
+    # the GPU Operator's workload config of its nodes (gpufleet.kube.gpu_software.gpu_workload); None: hosts without
+    # GPUs
     gpu_workload: GpuWorkload | None = None
     # GPU VMs on these hosts: the vfio role binds their devices; vgpu (below) for vm-vgpu groups
     virtualization: Virtualization | None = field(default=None, metadata=OMIT_NONE)
@@ -320,7 +321,7 @@ class BaremetalPlan:
     metal3: Metal3Settings | None = None  # engine metal3: the management cluster and namespace
     converge: bool = False  # pulumi up runs ansible/site.yml on the hosts it created
     remediation: Remediation = field(default_factory=Remediation)  # what remediate.yml does about Xids
-    dcgm_diag_level: int = 1  # dcgmi diag -r LEVEL, verify.yml's dcgm check (gpufleet.dcgm_diag.diag_level)
+    dcgm_diag_level: int = 1  # dcgmi diag -r LEVEL, verify.yml's dcgm check (gpufleet.fleet.dcgm_diag.diag_level)
     canaries: tuple[str, ...] = ()  # hosts the canary_verified promotion gate looks at
 
 
@@ -334,7 +335,7 @@ class StackPlan:
     pools: tuple[PoolPlan, ...] = ()
     baremetal: BaremetalPlan | None = None
     host_groups: tuple[HostGroupPlan, ...] = ()
-    teams: tuple[Team, ...] = ()  # who queues GPU work (gpufleet.queues: Kueue's ClusterQueues and LocalQueues)
+    teams: tuple[Team, ...] = ()  # who queues GPU work (gpufleet.kube.queues: Kueue's ClusterQueues and LocalQueues)
 
     def to_dict(self) -> dict[str, Any]:
         return plain(self)

@@ -48,6 +48,6 @@ def resolve_stack(ref: str, root: Path) -> Path:
         if candidate.is_file():
             return display_path(candidate)
     known = [stack_name_from_file(p) for p in stack_files(root)]
-    from gpufleet.diagnostics import did_you_mean
+    from gpufleet.common.diagnostics import did_you_mean
 
     raise StackNotFound(f"no stack {ref!r} in {root}; " + did_you_mean(ref, known))

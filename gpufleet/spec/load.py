@@ -19,10 +19,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from gpufleet.catalog import Catalog, load_catalog
-from gpufleet.diagnostics import Diagnostic, Finding, Path, did_you_mean, format_path
+from gpufleet.common.diagnostics import Diagnostic, Finding, Path, did_you_mean, format_path
+from gpufleet.common.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
 from gpufleet.spec import rules
 from gpufleet.spec.models import BaremetalHost, GpuPool, HostGroup, Release, Stack, SystemPool, TuningProfile
-from gpufleet.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
 
 NAMESPACE = "gpufleet"
 SECTIONS = tuple(Stack.model_fields)

@@ -545,8 +545,8 @@ class Waiver(StrictModel):
 
 
 class Security(StrictModel):
-    """Secure defaults (the AKS secure baseline, :mod:`gpufleet.baseline`); relaxing one is an explicit line in the
-    stack, and a relaxation that fails a rule needs a waiver with a reason in ``waivers``."""
+    """Secure defaults (the AKS secure baseline, :mod:`gpufleet.azure.baseline`); relaxing one is an explicit line in
+    the stack, and a relaxation that fails a rule needs a waiver with a reason in ``waivers``."""
 
     entra_rbac: bool = True
     local_accounts: bool = False

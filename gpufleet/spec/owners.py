@@ -5,7 +5,7 @@ and the DRA kubelet plugin), two MIG managers. A stack's keys *claim* owners: an
 ``driver``, ``advertiser`` and ``mig.managed_by``; a bare-metal host group's roles and ``advertiser``. Each concern
 of a node has one owner; two different owners claimed for one concern are a conflict, reported at the key that
 chose the second, naming both owners and both keys. :func:`owners` is the table of a target (AKS pool or host
-group). The live side is :mod:`gpufleet.owners`: ``verify``'s owners column reads what each owner left on a host.
+group). The live side is :mod:`gpufleet.host.owners`: ``verify``'s owners column reads what each owner left on a host.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from gpufleet.diagnostics import Finding, Path, format_path
+from gpufleet.common.diagnostics import Finding, Path, format_path
 from gpufleet.spec.models import AksManagedMig, GpuPool, HostGroup, OperatorManagedMig
 
 Concern = Literal["driver", "toolkit", "advertiser", "mig"]

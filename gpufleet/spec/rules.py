@@ -1,6 +1,6 @@
 """Rules that need the hardware catalog or more than one object of a stack.
 
-Each rule yields :class:`~gpufleet.diagnostics.Finding` s (a key path under ``gpufleet:`` and a message that
+Each rule yields :class:`~gpufleet.common.diagnostics.Finding` s (a key path under ``gpufleet:`` and a message that
 names what would be valid); the loader places them at ``file:line``. Rules are pure: the catalog and today's
 date come in through :class:`Context`.
 """
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from gpufleet import mig
-from gpufleet.aks import aks_pool_name
-from gpufleet.baseline import RULE_NAMES
+from gpufleet.azure.aks import aks_pool_name
+from gpufleet.azure.baseline import RULE_NAMES
 from gpufleet.catalog import OS_IMAGE_NAMES, Catalog, Gpu, VmSize
 from gpufleet.catalog.aks import AksCatalog, load_aks_catalog
 from gpufleet.catalog.releases import (
@@ -26,8 +26,8 @@ from gpufleet.catalog.releases import (
     load_releases,
     same_version,
 )
-from gpufleet.diagnostics import Finding, Path, did_you_mean, format_path
-from gpufleet.labels import (
+from gpufleet.common.diagnostics import Finding, Path, did_you_mean, format_path
+from gpufleet.kube.labels import (
     DEPLOY_DEVICE_PLUGIN_LABEL,
     DEPLOY_DRIVER_LABEL,
     DEPLOY_OPERANDS_LABEL,
@@ -274,7 +274,7 @@ def check_preview(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
         )
 
 
-# What a Karpenter NodePool + AKSNodeClass can say of a pool (gpufleet.nap): the keys of an AKS node pool it has no
+# What a Karpenter NodePool + AKSNodeClass can say of a pool (gpufleet.kube.nap): the keys of an AKS node pool it has no
 # counterpart for, and why.
 NAP_REFUSED = {
     "count": "NAP creates nodes for pending pods, up to max_nodes; a nap pool has no count",
@@ -832,7 +832,7 @@ def check_aks_remediation(remediation: Remediation) -> Iterator[Finding]:
 
 def check_remediation(remediation: Remediation, path: Path = ("baremetal", "remediation")) -> Iterator[Finding]:
     """Each Xid the policy names is one gpufleet's Xid catalog knows (NVIDIA's code, with its resolution)."""
-    from gpufleet.remediation import xid_catalog
+    from gpufleet.fleet.remediation import xid_catalog
 
     known = xid_catalog()
     for code in remediation.xid_actions:
@@ -906,7 +906,7 @@ def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
 
 
 def check_waivers(names: Iterable[object]) -> Iterator[Finding]:
-    """Each waiver names a rule of the AKS baseline (:data:`gpufleet.baseline.RULE_NAMES`)."""
+    """Each waiver names a rule of the AKS baseline (:data:`gpufleet.azure.baseline.RULE_NAMES`)."""
     known = RULE_NAMES
     for name in names:
         if not isinstance(name, str) or name not in known:
@@ -960,7 +960,7 @@ def check_aks_pools(pools: Sequence[GpuPool | None], system: SystemPool | None, 
 
 def check_aks_names(pools: Sequence[GpuPool | None]) -> Iterator[Finding]:
     """Pools whose names share their first 8 characters and whose immutable fields are equal get the same AKS name
-    (gpufleet.aks.aks_pool_name)."""
+    (gpufleet.azure.aks.aks_pool_name)."""
     seen: dict[str, str] = {}
     for i, pool in enumerate(pools):
         if pool is None:

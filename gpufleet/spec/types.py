@@ -18,7 +18,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 # What gpufleet does about a GPU fault, mildest first: the stack's xid_actions and the Xid catalog's
-# (gpufleet.remediation, docs/remediation.md)
+# (gpufleet.fleet.remediation, docs/remediation.md)
 Action = Literal["none", "cordon", "gpu-reset", "reboot", "power-cycle"]
 
 

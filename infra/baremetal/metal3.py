@@ -2,8 +2,8 @@
 
 The program does not touch BMCs with this engine. :class:`Metal3Hosts` creates, through pulumi-kubernetes and a
 provider built from the management cluster's kubeconfig (a Pulumi secret), one credentials ``Secret`` and one
-``BareMetalHost`` per host (the objects :mod:`gpufleet.metal3` renders); the Bare Metal Operator and Ironic register,
-inspect, provision and power the hosts. Each host's ``status`` is read back into outputs (provisioning state,
+``BareMetalHost`` per host (the objects :mod:`gpufleet.baremetal.metal3` renders); the Bare Metal Operator and Ironic
+register, inspect, provision and power the hosts. Each host's ``status`` is read back into outputs (provisioning state,
 power, the serial inspection found), so ``pulumi refresh`` shows what the operator reports.
 
 - By default ``pulumi up`` waits, per host, until the operator reports the state the spec leads to (``provisioned``,
@@ -30,7 +30,7 @@ import pulumi_kubernetes as k8s
 from pulumi_kubernetes.apiextensions import CustomResource
 from pulumi_kubernetes.apiextensions.CustomResource import CustomResourceArgs
 
-from gpufleet.metal3 import API_VERSION, KIND, Metal3Host, bare_metal_host, host_status, secret_data
+from gpufleet.baremetal.metal3 import API_VERSION, KIND, Metal3Host, bare_metal_host, host_status, secret_data
 from infra.baremetal import secret_config
 
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"

@@ -1,11 +1,11 @@
 """``BareMetalHost``: one BMC-managed server as a Pulumi resource (a dynamic provider), the way metal3/Ironic treat
-a host, driven through Redfish by :mod:`gpufleet.bmc` (sushy).
+a host, driven through Redfish by :mod:`gpufleet.baremetal.bmc` (sushy).
 
 - **create** claims the system (found by Redfish id and/or SerialNumber; the serial, the boot NIC's MAC and the
   expected hardware checked against the BMC's inventory, and a wrong box refused with the difference spelled out
   before anything changes), then, when the host is to be on and is off: inserts the virtual media image (boot
   source ``virtual-media``), sets the one-time boot override (``Pxe``/``Hdd``/``Cd``, UEFI), powers it on, waits
-  for SSH and, given a key, reads the host's facts over SSH (:mod:`gpufleet.hostfacts`) and checks them too. A host
+  for SSH and, given a key, reads the host's facts over SSH (:mod:`gpufleet.host.hostfacts`) and checks them too. A host
   that is already on keeps running: the boot settings apply when gpufleet next powers it on.
 - **diff**: power, boot, SSH, group and credential changes are updates in place; the BMC address, system id,
   serial, boot MAC or expected hardware changing means another box: replacement (delete first).
@@ -27,7 +27,8 @@ Mapping from the stack's ``gpufleet:baremetal.hosts[]`` (gpufleet.spec): ``name`
 -> ``bmc_password_key=KEY`` and ``password=pulumi.Config(ns).require_secret(name)``; ``system_id``, ``serial``,
 ``power``, ``boot_mac``, ``wipe_disks_on_delete`` as they are; ``boot: {mode, source, image_url, image_checksum}``
 -> :class:`BootSpec`; ``ssh: {address, port}`` -> :class:`SshSpec` (plus ``user``/``private_key_path`` to read
-facts); ``expected: {gpu_model, gpu_count, numa_nodes, memory_gib}`` -> :class:`gpufleet.bmc.ExpectedHardware`.
+facts); ``expected: {gpu_model, gpu_count, numa_nodes, memory_gib}`` ->
+:class:`gpufleet.baremetal.bmc.ExpectedHardware`.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from pulumi.dynamic import (
 )
 from pulumi.runtime import rpc
 
-from gpufleet.bmc import (
+from gpufleet.baremetal.bmc import (
     BOOT_MODES,
     BOOT_TARGETS,
     Bmc,

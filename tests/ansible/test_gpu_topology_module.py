@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.catalog import load_catalog
-from gpufleet.hostfacts import read_host
+from gpufleet.host.hostfacts import read_host
 from tests.ansible_playbook import failures, playbook_on_hosts, recap
 from tests.conftest import FIXTURES, Shared
 
@@ -97,7 +97,7 @@ def test_module_returns_the_facts_of_each_recorded_machine(run, name: str):
     root = FIXTURES / "hosts" / name
     facts = saved(run, name)["facts"]
     mapping = load_catalog().gpus_by_pci_id
-    # the module ships gpufleet/hostfacts.py to the host: it must answer exactly what the library answers
+    # the module ships gpufleet/host/hostfacts.py to the host: it must answer exactly what the library answers
     assert facts == json.loads(json.dumps(read_host(str(root), mapping)))
     if name == "numa-unknown":
         assert {g["numa_node"] for g in facts["gpus"]} == {None}

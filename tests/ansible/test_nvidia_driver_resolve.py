@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.driver import Platform, plan_driver
+from gpufleet.host.driver import Platform, plan_driver
 from tests.ansible_playbook import ansible_env, failures, playbook_on_hosts, recap
 from tests.conftest import REPO, Shared
 

@@ -56,7 +56,7 @@ BRANCH_580 = {"nvidia_driver_branch": "580"}
 # A bare-metal DRA stack: group nvl72 (GB200 NVL72, NVLink across hosts: ComputeDomains, nvidia-imex masked) and hgx
 NVL72 = "tests/fixtures/owners/Pulumi.prod-nvl72.yaml"
 KERNEL = os.uname().release  # the kernel ansible_facts report here: its modules.dep lists the host's driver
-# What each owner leaves on a host (gpufleet.owners), planted below the host's root: TEST DOUBLES of a DKMS module
+# What each owner leaves on a host (gpufleet.host.owners), planted below the host's root: TEST DOUBLES of a DKMS module
 # listed in modules.dep, the GPU Operator's driver root mounted and its lock file, the device plugin's kubelet socket
 # and the DRA kubelet plugin's registration socket (plain files: the check reads names, not sockets)
 HOST_MODULE = {f"lib/modules/{KERNEL}/modules.dep": "updates/dkms/nvidia.ko.xz:\nupdates/dkms/nvidia-uvm.ko.xz: "

@@ -14,8 +14,8 @@ import kubernetes_validate
 from pulumi_azure_native import containerservice as cs
 
 from gpufleet.catalog import Catalog
-from gpufleet.gpu_software import chart_version
-from gpufleet.labels import (
+from gpufleet.kube.gpu_software import chart_version
+from gpufleet.kube.labels import (
     AKS_SPOT_LABEL,
     AKS_SPOT_TAINT,
     DEPLOY_DRIVER_LABEL,
@@ -368,7 +368,7 @@ def release_problems(resources: list[Registered], stack: Stack) -> list[str]:
 
 # -- the AKS secure baseline, read from the resources as PSRule for Azure reads a cluster's ARM properties ---------
 
-# Written out here, apart from gpufleet.baseline, so that a wrong constant there fails against these.
+# Written out here, apart from gpufleet.azure.baseline, so that a wrong constant there fails against these.
 AUDIT_LOGS = ({"kube-audit", "kube-audit-admin"}, "guard")  # PSRule: kube-audit or kube-audit-admin, and guard
 PLATFORM_LOGS = ("cluster-autoscaler", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 CONTROLLED_OUTBOUND = {"userDefinedRouting", "managedNATGateway", "userAssignedNATGateway"}

@@ -104,7 +104,8 @@ def test_an_azure_linux_3_mig_pool_the_sdk_can_describe_stays_a_typed_agent_pool
 
 def test_every_property_sent_through_the_arm_resource_is_one_the_typed_sdk_has_or_a_newer_api_added(run: Run):
     """The ARM resource checks nothing: each property name gpufleet sends exists in the SDK's AgentPool (API
-    2025-09-01) or is one the catalog lists as newer (gpuProfile.nvidia, checked in tests/unit/test_aks_api.py)."""
+    2025-09-01) or is one the catalog lists as newer (gpuProfile.nvidia, checked in
+    tests/unit/azure/test_aks_api.py)."""
     sdk = {
         getattr(prop.fget, "_pulumi_name", None)
         for prop in vars(cs.AgentPoolArgs).values()

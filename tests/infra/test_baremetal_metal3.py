@@ -14,7 +14,7 @@ import pulumi
 import pytest
 from pulumi.runtime import rpc
 
-from gpufleet import metal3
+from gpufleet.baremetal import metal3
 from infra.baremetal.metal3 import (
     WAIT_FOR_ANNOTATION,
     Metal3Hosts,
@@ -22,7 +22,7 @@ from infra.baremetal.metal3 import (
     passwords_from_config,
 )
 from tests.infra.harness import Recorder
-from tests.unit.test_metal3 import PASSWORD, schema_errors, stack_host
+from tests.unit.baremetal.test_metal3 import PASSWORD, schema_errors, stack_host
 
 BMH = "kubernetes:metal3.io/v1alpha1:BareMetalHost"
 SECRET = "kubernetes:core/v1:Secret"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pulumi
 
-from gpufleet.inventory import stack_inventory
+from gpufleet.baremetal.inventory import stack_inventory
 from gpufleet.spec.load import load_stack
 from tests.conftest import REPO
 

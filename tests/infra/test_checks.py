@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.baseline import RULE_NAMES
+from gpufleet.azure.baseline import RULE_NAMES
 from gpufleet.catalog import load_catalog
 from gpufleet.spec.load import load_stack
 from tests.charts import needs_charts

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.labels import DRA_OPERAND_LABELS
+from gpufleet.kube.labels import DRA_OPERAND_LABELS
 from gpufleet.spec.load import load_stack
 from tests.charts import needs_charts
 from tests.conftest import REPO

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.baseline import RULE_NAMES, audit
+from gpufleet.azure.baseline import RULE_NAMES, audit
 from gpufleet.catalog import load_catalog
 from gpufleet.plan.build import plan_stack
 from gpufleet.spec.files import stack_files

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from pulumi.dynamic import Config, ConfigureRequest
 
-from gpufleet.bmc import BmcError, ExpectedHardware
+from gpufleet.baremetal.bmc import BmcError, ExpectedHardware
 from gpufleet.lab import image, redfish, ssh, virt
 from gpufleet.lab.ansible_run import PlaybookResult, run_playbook
 from gpufleet.lab.config import SHAPE

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.hostfacts import read_host
+from gpufleet.host.hostfacts import read_host
 from tests.conftest import FIXTURES
 
 DGX = FIXTURES / "hosts" / "dgx-h100"  # 8 H100 SXM5 on two NUMA nodes, recorded

@@ -8,8 +8,8 @@ import typing
 
 from pydantic import BaseModel
 
+from gpufleet.common.yamldoc import unwrap as _unwrap
 from gpufleet.spec.models import Stack
-from gpufleet.yamldoc import unwrap as _unwrap
 from tests.conftest import REPO
 
 

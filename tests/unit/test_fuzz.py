@@ -36,9 +36,9 @@ import typer
 
 from gpufleet.catalog import load_catalog
 from gpufleet.cli import app
+from gpufleet.common.yamldoc import parse_yaml, plain
 from gpufleet.plan.build import plan_stack
 from gpufleet.spec.load import dump_stack, load_stack_text
-from gpufleet.yamldoc import parse_yaml, plain
 from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY
 
 SEED = int(os.environ.get("GPUFLEET_FUZZ_SEED", "20261125"))

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gpufleet.catalog import load_catalog
+from gpufleet.common.yamldoc import MAX_ALIASES, MAX_DEPTH, MAX_FILE_BYTES, read_yaml
 from gpufleet.mig.demand import MAX_FLEET_GPUS, load_demand
 from gpufleet.spec.load import load_stack, load_stack_text
-from gpufleet.yamldoc import MAX_ALIASES, MAX_DEPTH, MAX_FILE_BYTES, read_yaml
 from tests.conftest import REPO, cli
 
 STACK = (REPO / "Pulumi.dev-westeurope.yaml").read_text()
@@ -230,19 +230,19 @@ def test_a_count_of_thousands_of_digits_is_a_usage_error():
 def test_thousands_of_open_brackets_are_refused_before_the_parser_runs(monkeypatch: pytest.MonkeyPatch):
     # ruamel's scanner slows with each open flow collection: 6,000 took 3 s before its recursion gave up (the fuzz
     # test's time limit found it); the depth scan stops at the limit instead
-    import gpufleet.yamldoc
+    import gpufleet.common.yamldoc
 
     def no_parser(_text: str) -> None:
         raise AssertionError("parsed")
 
-    monkeypatch.setattr(gpufleet.yamldoc, "parse_yaml", no_parser)
+    monkeypatch.setattr(gpufleet.common.yamldoc, "parse_yaml", no_parser)
     text = "config:\n  gpufleet:stage: " + "[" * 6000 + "\n"
     assert errors(text) == [f"s.yaml:2: YAML: nested deeper than {MAX_DEPTH} levels"]
 
 
 @pytest.mark.parametrize("line", ['{"time": ' + "9" * 5000 + "}", "[" * 5000 + "]" * 5000])
 def test_a_ledger_line_python_cannot_read_is_a_ledger_error_naming_it(tmp_path: Path, line: str):
-    from gpufleet.promote_ledger import LedgerError, _entry
+    from gpufleet.fleet.promote_ledger import LedgerError, _entry
 
     with pytest.raises(LedgerError, match=r"^promotion-ledger.jsonl:3: not a ledger entry \(too large or too deeply"):
         _entry("promotion-ledger.jsonl", 3, line)

@@ -99,11 +99,41 @@ def test_the_cycle_check_sees_local_and_package_imports():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
     edges = import_graph()
-    # cli/__init__ imports its command modules; spec.rules imports gpufleet.aks, which imports the models: the
+    # cli/__init__ imports its command modules; spec.rules imports gpufleet.azure.aks, which imports the models: the
     # package gpufleet.spec (whose __init__ loads the rules) must be an edge too
     assert "gpufleet.cli.stack" in edges["gpufleet.cli"]
     assert {"gpufleet.spec.models"} <= edges["gpufleet.spec.rules"]
     assert "gpufleet.spec" in edges["gpufleet.plan.build"]
+    # baseline's checks take the plan's types, imported under TYPE_CHECKING only: still an edge
+    assert "gpufleet.plan.model" in edges["gpufleet.azure.baseline"]
+
+
+# The layout's rule (docs/architecture.md, Layout): the data types sit below the code that fills them, and a
+# package's __init__ imports nothing, so importing a type never loads the code that computes it.
+DATA_TYPES = ("gpufleet.spec.types", "gpufleet.spec.models", "gpufleet.plan.model")
+BELOW_THE_DOMAINS = ("gpufleet.common.", "gpufleet.catalog")
+QUIET_PACKAGES = (
+    "gpufleet.common",
+    "gpufleet.spec",
+    "gpufleet.plan",
+    "gpufleet.host",
+    "gpufleet.kube",
+    "gpufleet.azure",
+    "gpufleet.baremetal",
+    "gpufleet.fleet",
+)
+
+
+@pytest.mark.parametrize("name", DATA_TYPES)
+def test_the_data_types_import_no_domain(name: str):
+    allowed = {"gpufleet.spec", *DATA_TYPES[: DATA_TYPES.index(name)]}
+    above = sorted(t for t in import_graph()[name] if t not in allowed and not t.startswith(BELOW_THE_DOMAINS))
+    assert not above, f"{name} imports {above}: move the type it needs down beside it (docs/architecture.md)"
+
+
+@pytest.mark.parametrize("package", QUIET_PACKAGES)
+def test_a_package_init_imports_nothing(package: str):
+    assert import_graph()[package] == set()
 
 
 @pytest.mark.parametrize("name", sorted(m for m in modules() if not m.endswith(".__main__")))  # those run a program

@@ -1,9 +1,10 @@
 """Action gpufleet_power_cycle: cut a host's power and give it back through its Redfish BMC, from the controller.
 
 It runs where ansible-playbook runs (an action plugin, never on the host, which loses power): gpufleet's BMC client
-(gpufleet.bmc.Bmc.power_cycle) with the host's ``gpufleet_bmc`` variable ``{url, system_id, credentials_file}``,
-the credentials file holding ``{"user": ..., "password": ...}`` (mode 0600; the lab's inventory points at the lab's).
-It returns changed; the play then waits for the host to answer again (ansible.builtin.wait_for_connection).
+(gpufleet.baremetal.bmc.Bmc.power_cycle) with the host's ``gpufleet_bmc`` variable ``{url, system_id,
+credentials_file}``, the credentials file holding ``{"user": ..., "password": ...}`` (mode 0600; the lab's inventory
+points at the lab's). It returns changed; the play then waits for the host to answer again
+(ansible.builtin.wait_for_connection).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset({"timeout"})
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
-        from gpufleet.bmc import Bmc, BmcError, Endpoint
+        from gpufleet.baremetal.bmc import Bmc, BmcError, Endpoint
 
         result = super().run(tmp, task_vars)
         bmc = (task_vars or {}).get("gpufleet_bmc")

@@ -6,7 +6,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from gpufleet.plaindata import plain_data
+from gpufleet.common.plaindata import plain_data
 
 
 def gpufleet_gpu_catalog(_: Any = None) -> dict[str, dict[str, Any]]:
@@ -36,9 +36,9 @@ def gpufleet_kernel_modules_unsupported(gpus: list[dict[str, Any]]) -> dict[str,
 
 
 def gpufleet_nvidia_driver_plan(facts: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
-    """The ``nvidia_driver`` role's install plan (gpufleet.driver.plan_driver) from the host's facts and the role's
+    """The ``nvidia_driver`` role's install plan (gpufleet.host.driver.plan_driver) from the host's facts and the role's
     options; a driver that cannot work fails here, before the host is touched."""
-    from gpufleet.driver import DriverPlanError, Platform, plan_driver
+    from gpufleet.host.driver import DriverPlanError, Platform, plan_driver
 
     facts, options = plain_data(facts), plain_data(options)
     platform = Platform.from_facts(facts)
@@ -60,9 +60,9 @@ def gpufleet_nvidia_driver_plan(facts: dict[str, Any], options: dict[str, Any]) 
 
 def gpufleet_driver_problems(state: dict[str, Any], options: dict[str, Any]) -> list[str]:
     """How the host's driver (``nvidia_driver_state``'s ``state``) differs from its plan
-    (gpufleet.driver.driver_problems; ``options``: branch, kernel_modules, hold, must_be_loaded, mask_imex); empty
+    (gpufleet.host.driver.driver_problems; ``options``: branch, kernel_modules, hold, must_be_loaded, mask_imex); empty
     when it matches."""
-    from gpufleet.driver import DriverState, driver_problems
+    from gpufleet.host.driver import DriverState, driver_problems
 
     options = plain_data(options)
     return driver_problems(
@@ -89,10 +89,10 @@ def _tuning(profile: dict[str, Any] | None, name: str) -> Any:
 def gpufleet_topology_plan(
     facts: dict[str, Any], profile: dict[str, Any] | None = None, host: str = "host", vms: bool = False
 ) -> dict:
-    """The topology plan (gpufleet.topology.plan) of one host's ``gpu_topology`` facts and a tuning profile;
+    """The topology plan (gpufleet.host.topology.plan) of one host's ``gpu_topology`` facts and a tuning profile;
     ``vms``: the host's group has ``virtualization:`` (IOMMU arguments without SR-IOV too)."""
-    from gpufleet.hostfacts import FactsError
-    from gpufleet.topology import TopologyError, plan
+    from gpufleet.host.hostfacts import FactsError
+    from gpufleet.host.topology import TopologyError, plan
 
     tuning = _tuning(profile, "gpufleet_topology_plan")
     try:
@@ -106,15 +106,15 @@ def gpufleet_topology_plan(
 def gpufleet_virt_plan(
     facts: dict[str, Any], virtualization: dict[str, Any], profile: dict[str, Any] | None = None, host: str = "host"
 ) -> dict[str, Any]:
-    """The VM plan (gpufleet.virt.plan) of one host: ``{vms, hostdevs, error}``: ``hostdevs`` the PCI addresses the
+    """The VM plan (gpufleet.host.virt.plan) of one host: ``{vms, hostdevs, error}``: ``hostdevs`` the PCI addresses the
     VMs are given (what the vfio role binds), ``error`` the planner's refusal (then no VMs), which the play reports
     (a failure, or in check mode before the sriov role made the VFs, a note)."""
     from pydantic import ValidationError
 
-    from gpufleet.hostfacts import FactsError
+    from gpufleet.host.hostfacts import FactsError
+    from gpufleet.host.topology import TopologyError
+    from gpufleet.host.virt import VirtError, plan
     from gpufleet.spec.models import Virtualization
-    from gpufleet.topology import TopologyError
-    from gpufleet.virt import VirtError, plan
 
     try:
         request = Virtualization.model_validate(plain_data(virtualization))
@@ -150,7 +150,7 @@ def gpufleet_grubby_commands(info: str, add: list[str], remove: list[str]) -> li
 
 def gpufleet_cpulist(cpus: list[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``0-2,5``."""
-    from gpufleet.hostfacts import format_cpulist
+    from gpufleet.host.hostfacts import format_cpulist
 
     return format_cpulist(int(c) for c in cpus)
 
@@ -159,7 +159,7 @@ def gpufleet_cpus(text: str) -> list[int]:
     """A CPU list as the kernel or systemd prints it (``0-2,5`` or ``0 1 2 5``) -> sorted CPUs."""
     import re
 
-    from gpufleet.hostfacts import parse_cpulist
+    from gpufleet.host.hostfacts import parse_cpulist
 
     joined = ",".join(str(text).split())
     if not re.fullmatch(r"(\d+(-\d+)?(,\d+(-\d+)?)*)?", joined):

@@ -1,6 +1,6 @@
 """Controller-side filters of the gpu_chart role: the files it writes for people and GitOps tools. The values,
 chart version and node labels themselves are the plan's (the ``gpufleet_plan`` lookup's host view, computed by
-gpufleet.gpu_software, the code the Pulumi program uses), never a template's.
+gpufleet.kube.gpu_software, the code the Pulumi program uses), never a template's.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.plaindata import plain_data
+from gpufleet.common.plaindata import plain_data
 
 
 def gpufleet_mig_hosts(groups: list[str], hosts: str = "all") -> str:

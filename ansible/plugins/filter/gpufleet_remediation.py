@@ -1,12 +1,12 @@
 """Filters of ansible/remediate.yml and verify.yml's health check: the hosts' Xids and remediation state, judged by
-gpufleet.remediation against the stack's policy (docs/remediation.md)."""
+gpufleet.fleet.remediation against the stack's policy (docs/remediation.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet.plaindata import plain_data
+from gpufleet.common.plaindata import plain_data
 
 
 def _spec(remediation: Any) -> Any:
@@ -17,13 +17,13 @@ def _spec(remediation: Any) -> Any:
 
 
 def _policy(remediation: Any) -> Any:
-    from gpufleet.remediation import policy_from
+    from gpufleet.fleet.remediation import policy_from
 
     return policy_from(_spec(remediation))
 
 
 def _health(host: str, facts: Mapping[str, Any]) -> Any:
-    from gpufleet.remediation import HostHealth, host_health, load_state
+    from gpufleet.fleet.remediation import HostHealth, host_health, load_state
 
     if facts.get("unreachable"):
         return HostHealth(host, str(facts.get("host_group")), (), f"unreachable ({facts['unreachable']})")
@@ -48,7 +48,7 @@ def gpufleet_remediation_decide(
     """``{decisions: [...], lines: [...], errors: [...]}`` for the play's hosts, each of which set the fact
     ``gpufleet_remediation_read`` ``{host_group, kernel_log, state, boot_id}`` or ``{host_group, unreachable}``;
     ``groups``: the inventory's groups (Ansible's ``groups``), of which the stack's ``host_groups`` count."""
-    from gpufleet.remediation import decide, incomplete_groups, render
+    from gpufleet.fleet.remediation import decide, incomplete_groups, render
 
     hosts = [str(h) for h in plain_data(list(play_hosts))]
     inventory = plain_data(dict(groups))
@@ -83,7 +83,7 @@ def gpufleet_xids_read(lines: Sequence[str]) -> dict[str, str]:
 def gpufleet_health_check(read: Mapping[str, Any], remediation: Any) -> dict[str, Any]:
     """verify.yml's health check: ``{problems: [...], note: str}`` for one host, from what read_xids.yml read on it
     (its ``gpufleet_xids_read``)."""
-    from gpufleet.remediation import health_problems, host_health, load_state
+    from gpufleet.fleet.remediation import health_problems, host_health, load_state
 
     read = plain_data(dict(read))
     data = load_state(read.get("state"))
@@ -93,7 +93,7 @@ def gpufleet_health_check(read: Mapping[str, Any], remediation: Any) -> dict[str
 
 def gpufleet_remediation_out(read: Mapping[str, Any], decision: Mapping[str, Any], now: str) -> dict[str, Any]:
     """The host's remediation state once it is taken out of service (``read``: its gpufleet_remediation_read)."""
-    from gpufleet.remediation import load_state, taken_out
+    from gpufleet.fleet.remediation import load_state, taken_out
 
     read = plain_data(dict(read))
     return taken_out(load_state(read.get("state")), plain_data(dict(decision)), str(read.get("boot_id")), str(now))
@@ -102,8 +102,8 @@ def gpufleet_remediation_out(read: Mapping[str, Any], decision: Mapping[str, Any
 def gpufleet_remediation_after(
     read: Mapping[str, Any], decision: Mapping[str, Any], kernel_log: str, boot_id: str, now: str
 ) -> dict[str, Any]:
-    """The host's remediation state after its action (gpufleet.remediation.after_action)."""
-    from gpufleet.remediation import after_action, load_state
+    """The host's remediation state after its action (gpufleet.fleet.remediation.after_action)."""
+    from gpufleet.fleet.remediation import after_action, load_state
 
     read = plain_data(dict(read))
     return after_action(load_state(read.get("state")), plain_data(dict(decision)), str(read.get("boot_id")),
@@ -112,7 +112,7 @@ def gpufleet_remediation_after(
 
 def gpufleet_remediation_returned(read: Mapping[str, Any], now: str) -> dict[str, Any]:
     """The host's remediation state when a person brings it back into service."""
-    from gpufleet.remediation import load_state, returned
+    from gpufleet.fleet.remediation import load_state, returned
 
     read = plain_data(dict(read))
     return returned(load_state(read.get("state")), str(read.get("kernel_log") or ""), str(read.get("boot_id")),

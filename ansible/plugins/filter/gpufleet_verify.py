@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet.plaindata import plain_data
+from gpufleet.common.plaindata import plain_data
 
 CELL = {"ok": "ok", "fail": "FAIL", "skip": "skip"}
 
@@ -120,8 +120,8 @@ def gpufleet_dcgm_failures(stdout: str, rc: int = 0, error: str = "", level: int
 
 def gpufleet_owner_conflicts(owners: Any, expected: Any) -> list[str]:
     """The owners the host shows (``gpu_owners``' ``owners``) against its plan (``expected``: ``{driver,
-    advertiser}``, from the host view's ``driver_owner`` and ``advertiser``): gpufleet.owners.owner_conflicts."""
-    from gpufleet.owners import owner_conflicts
+    advertiser}``, from the host view's ``driver_owner`` and ``advertiser``): gpufleet.host.owners.owner_conflicts."""
+    from gpufleet.host.owners import owner_conflicts
 
     return owner_conflicts(plain_data(owners) or {}, plain_data(expected) or {})
 

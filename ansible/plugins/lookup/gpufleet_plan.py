@@ -53,7 +53,7 @@ from ansible.plugins.lookup import LookupBase
 
 class LookupModule(LookupBase):
     def run(self, terms: list[Any], variables: dict[str, Any] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
-        from gpufleet.plaindata import plain_data
+        from gpufleet.common.plaindata import plain_data
         from gpufleet.plan.hosts import host_view, plan_file, stack_view
         from gpufleet.spec.files import StackNotFound, find_project_root, resolve_stack
 

@@ -1,1 +1,1 @@
-../../../gpufleet/driverstate.py
+../../../gpufleet/host/driverstate.py

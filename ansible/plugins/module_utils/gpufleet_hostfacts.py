@@ -1,1 +1,1 @@
-../../../gpufleet/hostfacts.py
+../../../gpufleet/host/hostfacts.py

@@ -1,1 +1,1 @@
-../../../gpufleet/owners.py
+../../../gpufleet/host/owners.py

@@ -1,1 +1,1 @@
-../../../gpufleet/vfio.py
+../../../gpufleet/host/vfio.py

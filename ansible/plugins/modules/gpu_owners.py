@@ -10,8 +10,8 @@ DOCUMENTATION = r"""
 module: gpu_owners
 short_description: Read which components own the host's NVIDIA driver and advertise its GPUs
 description:
-  - Reads what each owner leaves on the host (gpufleet.owners, docs/kubernetes.md), that is the host's NVIDIA module for
-    O(kernel) in C(modules.dep), the GPU Operator's driver root mounted at C(/run/nvidia/driver) or its
+  - Reads what each owner leaves on the host (gpufleet.host.owners, docs/kubernetes.md), that is the host's NVIDIA
+    module for O(kernel) in C(modules.dep), the GPU Operator's driver root mounted at C(/run/nvidia/driver) or its
     C(/run/nvidia/nvidia-driver.pid), the device plugin's C(nvidia-*.sock) under the kubelet's C(device-plugins/),
     the DRA kubelet plugin's C(gpu.nvidia.com-reg.sock) under its C(plugins_registry/). The controller judges it
     against the host group's plan (filter C(gpufleet_owner_conflicts)).

@@ -12,7 +12,7 @@ short_description: Read the state of the host's NVIDIA driver
 description:
   - Reads the module installed for O(kernel) (C(modinfo -k)), the loaded driver (C(/proc/driver/nvidia/version)),
     whether nouveau is loaded, blacklisted and blacklisted in the initramfs, nvidia-persistenced's unit state, and
-    whether the driver's packages are held. gpufleet.driverstate reads it; the controller judges it
+    whether the driver's packages are held. gpufleet.host.driverstate reads it; the controller judges it
     (filter C(gpufleet_driver_problems)).
   - Changes nothing; supports check mode.
 options:

@@ -1,0 +1,71 @@
+"""``ansible-doc`` parses every module and the lookup of ansible/plugins (with ansible.cfg's plugin paths), and every
+filter plugin loads: the plugins import gpufleet's modules by their paths in the package's layout, and a module's
+module_utils are symlinks into gpufleet/host/."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+PLUGINS = REPO / "ansible" / "plugins"
+BIN = Path(sys.executable).parent
+MODULES = sorted(p.stem for p in (PLUGINS / "modules").glob("*.py"))
+
+
+def ansible_doc(kind: str, name: str) -> dict:
+    proc = subprocess.run(
+        [str(BIN / "ansible-doc"), "--json", "-t", kind, name],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)[name]
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_ansible_doc_parses_each_module(module: str):
+    doc = ansible_doc("module", module)["doc"]
+    assert doc["module"] == module and doc["short_description"]
+
+
+def test_ansible_doc_parses_the_lookup():
+    assert ansible_doc("lookup", "gpufleet_plan")["doc"]["short_description"]
+
+
+def test_module_utils_links_reach_the_host_readers():
+    links = sorted((PLUGINS / "module_utils").glob("gpufleet_*.py"))
+    linked = {p.name: p.resolve() for p in links if p.is_symlink()}
+    assert linked, "no module_utils symlinks"
+    for name, target in linked.items():
+        assert target.is_file() and target.parent == REPO / "gpufleet" / "host", f"{name} -> {target}"
+
+
+@pytest.mark.parametrize("plugin", sorted(p.stem for p in (PLUGINS / "filter").glob("*.py")))
+def test_each_filter_plugin_loads_its_filters(plugin: str):
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('p', {str(PLUGINS / 'filter' / (plugin + '.py'))!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "print(len(m.FilterModule().filters()))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout) > 0
