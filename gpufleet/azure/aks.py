@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the spec's rules use this module: no import of the spec package at run time
+if TYPE_CHECKING:  # the stack's types, for hints only
     from gpufleet.spec.models import GpuPool
 
 # AKS's recommendation for a dedicated system pool: only critical add-ons schedule there (pods that tolerate it).

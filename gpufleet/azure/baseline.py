@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-if TYPE_CHECKING:  # the spec's models use the rule names: no import of the spec or the plan at run time
+if TYPE_CHECKING:  # the plan's types, for hints only (spec.rules reads RULE_NAMES without loading the plan)
     from gpufleet.plan.model import ClusterPlan, PoolPlan, StackPlan
 
 Severity = Literal["high", "medium", "low"]

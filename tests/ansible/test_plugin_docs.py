@@ -18,18 +18,17 @@ BIN = Path(sys.executable).parent
 MODULES = sorted(p.stem for p in (PLUGINS / "modules").glob("*.py"))
 
 
-def ansible_doc(kind: str, name: str) -> dict:
+def run(*argv: str) -> str:
+    """A command's stdout, in the repository (ansible.cfg's plugin paths); it must succeed."""
     proc = subprocess.run(
-        [str(BIN / "ansible-doc"), "--json", "-t", kind, name],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
+        argv, cwd=REPO, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)[name]
+    return proc.stdout
+
+
+def ansible_doc(kind: str, name: str) -> dict:
+    return json.loads(run(str(BIN / "ansible-doc"), "--json", "-t", kind, name))[name]
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -58,14 +57,4 @@ def test_each_filter_plugin_loads_its_filters(plugin: str):
         "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
         "print(len(m.FilterModule().filters()))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert int(proc.stdout) > 0
+    assert int(run(sys.executable, "-c", code)) > 0

@@ -18,7 +18,7 @@ def broken_loader(*_args, **_kwargs):
 
 @pytest.fixture
 def broken_plan(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpufleet.cli.stack, "load_or_exit", broken_loader)
+    monkeypatch.setattr(gpufleet.cli.stack, "planned_or_exit", broken_loader)
 
 
 @pytest.mark.usefixtures("broken_plan")
