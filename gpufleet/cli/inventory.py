@@ -95,6 +95,7 @@ def inventory(
     Converge with: ansible-playbook ansible/site.yml -i FILE -e gpufleet_stack=STACK
     """
     from gpufleet.baremetal.inventory import InventoryError, stack_inventory
+    from gpufleet.common.atomic import write_atomic
     from gpufleet.mig.outputs import dump_yaml
 
     loaded = load_or_exit(stack, root, as_json, "no inventory written")
@@ -117,7 +118,7 @@ def inventory(
     if output is not None:
         try:
             output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(text)
+            write_atomic(output, text)
         except OSError as exc:
             raise _fail(f"cannot write {output}: {exc.strerror or exc}") from None
     if as_json:

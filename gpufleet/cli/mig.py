@@ -165,7 +165,7 @@ def mig_pack(
     from gpufleet import mig
     from gpufleet.catalog import load_catalog
     from gpufleet.mig.demand import load_demand
-    from gpufleet.mig.outputs import dump_yaml, mig_parted_config, packed_layouts
+    from gpufleet.mig.outputs import mig_parted_config, packed_layouts
 
     if output is not None and str(output) != "-":
         if output.is_dir():
@@ -188,15 +188,7 @@ def mig_pack(
     seconds = time.perf_counter() - started
     config = mig_parted_config(packed_layouts(result, {m.gpu.name: m.gpu for m in loaded.models}))
     if output is not None:
-        text = dump_yaml(config)
-        if str(output) == "-":
-            sys.stdout.write(text)
-        else:
-            try:
-                output.write_text(text)
-            except OSError as exc:
-                err.print(f"[red]error:[/red] cannot write {shown(output)}: {shown(exc.strerror)}")
-                raise typer.Exit(EXIT_INVALID) from None
+        _write_config(config, output)
     if as_json:
         emit_json(_pack_json(result, config, seconds))
     elif str(output) != "-":
@@ -266,7 +258,9 @@ SHOWN_CHANGES = 40  # changed GPUs listed per model in the human output; --json 
 
 
 def _write_config(config: dict[str, Any], output: Path) -> None:
-    """The mig-parted config to ``output`` ('-': stdout); exit 1 with one line when it cannot be written."""
+    """The mig-parted config to ``output`` ('-': stdout), crash-safely; exit 1 with one line when it cannot be
+    written."""
+    from gpufleet.common.atomic import write_atomic
     from gpufleet.mig.outputs import dump_yaml
 
     text = dump_yaml(config)
@@ -274,7 +268,7 @@ def _write_config(config: dict[str, Any], output: Path) -> None:
         sys.stdout.write(text)
         return
     try:
-        output.write_text(text)
+        write_atomic(output, text)
     except OSError as exc:
         err.print(f"[red]error:[/red] cannot write {shown(output)}: {shown(exc.strerror)}")
         raise typer.Exit(EXIT_INVALID) from None

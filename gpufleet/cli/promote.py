@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import datetime as dt
 
     from gpufleet.azure.cost import CostDelta
-    from gpufleet.fleet.promote import Decision, Policy, Refusal, StackStatus
+    from gpufleet.fleet.promote import Decision, Mismatch, Policy, Refusal, StackStatus
     from gpufleet.fleet.promote_ledger import Entry
 
 
@@ -206,10 +206,13 @@ def promote_to(
 def _decide_and_write(
     project: Path, policy: Policy, source: str, target: str, force: bool, reason: str | None, dry_run: bool
 ) -> tuple[Decision, list[Refusal], list[Refusal], bool]:
-    """Decide, and unless refused or a dry run, write the target's stack file and the ledger's entry: all under the
-    ledger's exclusive lock, so a second run at the same time decides on what this one wrote (no promotion twice).
-    Returns the decision, the refusals that block, those forced, and whether it was written."""
-    from gpufleet.fleet.promote import StackFiles, decide, git_commit, write_target
+    """Decide, and unless refused or a dry run, write the target's stack file between the ledger's intent and its
+    outcome: all under the ledger's exclusive lock, so a second run at the same time decides on what this one wrote
+    (no promotion twice). The intent (with both release blocks) is durable before the file changes, so a process
+    killed anywhere leaves the old file with the intent, or the new one with it: ``promote status`` reports either
+    and ``promote repair`` completes or undoes it (docs/reliability.md). Returns the decision, the refusals that
+    block, those forced, and whether it was written."""
+    from gpufleet.fleet.promote import StackFiles, decide, git_commit, release_block_text, write_target
     from gpufleet.fleet.promote_ledger import LEDGER_FILE, Ledger, new_entry, now_utc
 
     with Ledger(project / LEDGER_FILE).locked() as txn:
@@ -219,24 +222,33 @@ def _decide_and_write(
         forced = [r for r in decision.refusals if r not in blocking]
         if not decision.changes or blocking or dry_run or decision.new_text is None:
             return decision, blocking, forced, False
-        entry = new_entry(
-            "promote",
-            target,
-            decision.release,
-            "ok",
-            now_utc(),
-            git_commit(project),
-            **{"from": source, "previous_release": decision.previous},
-            pins={k: after for k, (_, after) in decision.pins.items()},
-            forced=[r.gate for r in forced] or None,
-            reason=reason if forced else None,
-        )
         path, before = files.path(target), files.texts[target] or ""
-        write_target(path, decision.new_text)
+        fields: dict[str, Any] = {
+            "from": source,
+            "previous_release": decision.previous,
+            "pins": {k: after for k, (_, after) in decision.pins.items()},
+            "forced": [r.gate for r in forced] or None,
+            "reason": reason if forced else None,
+        }
+        commit = git_commit(project)
+
+        def record(result: Any, **extra: Any) -> None:
+            txn.append(new_entry("promote", target, decision.release, result, now_utc(), commit, **fields, **extra))
+
+        blocks = {"block": release_block_text(decision.new_text), "previous_block": release_block_text(before)}
+        record("started", **blocks)
         try:
-            txn.append(entry)
+            write_target(path, decision.new_text)
         except BaseException:
-            write_target(path, before)  # no promotion the ledger does not show
+            with contextlib.suppress(Exception):  # else the intent stays: promote repair rolls it back
+                record("failed", note="the stack file could not be written")
+            raise
+        try:
+            record("ok", block=blocks["block"])
+        except BaseException:
+            with contextlib.suppress(Exception):  # no promotion the ledger does not show
+                write_target(path, before)
+                record("failed", note="the ledger's outcome could not be written")
             raise
     return decision, blocking, forced, True
 
@@ -456,7 +468,10 @@ def _check_recordable(project: Path, path: Path, at: dt.datetime | None, now: dt
 @command(promote_app, "status", "Which release each stack runs, and what may move next.")
 def promote_status(as_json: JsonOpt = False, root: RootOpt = None) -> None:
     """Which release each stack runs (stage x region), its verification and soak, what may move next, and the
-    promotions that were forced past gates (with their reasons)."""
+    promotions that were forced past gates (with their reasons).
+
+    Exit 1 when a stack file disagrees with the ledger (an interrupted promotion, or a release changed outside
+    gpufleet promote): each is named, with the 'gpufleet promote repair' that resolves it."""
     from gpufleet.fleet.promote import StackFiles, status
     from gpufleet.fleet.promote_ledger import LEDGER_FILE, Ledger, iso, now_utc
 
@@ -482,11 +497,18 @@ def promote_status(as_json: JsonOpt = False, root: RootOpt = None) -> None:
                     "next_from": r.next_from,
                     "next": r.next_state,
                     "forced": _forced_json(r.forced),
+                    "problem": None if r.problem is None else r.problem.message(),
                 }
                 for r in rows
             ]
         )
-        return
+    else:
+        _print_status(policy, rows)
+    if any(r.problem is not None for r in rows):
+        raise typer.Exit(EXIT_INVALID)
+
+
+def _print_status(policy: Policy, rows: list[StackStatus]) -> None:
     regions = list(dict.fromkeys(r.region for r in rows))
     table = Table(title="release per stack (promotion.yaml order)")
     table.add_column("stage")
@@ -499,6 +521,9 @@ def promote_status(as_json: JsonOpt = False, root: RootOpt = None) -> None:
             cells.append("" if r is None else _status_cell(r))
         table.add_row(stage.name, *cells)
     out.print(table)
+    for r in rows:
+        if r.problem is not None:
+            out.print(f"[red]{shown(r.stack)}:[/red] {shown(r.problem.message())}")
 
 
 def _forced_json(e: Entry | None) -> dict[str, Any] | None:
@@ -522,19 +547,107 @@ def _status_cell(r: StackStatus) -> str:
     return cell
 
 
-@command(promote_app, "repair", "Mend a torn last line of the ledger.")
-def promote_repair(as_json: JsonOpt = False, root: RootOpt = None) -> None:
+@command(promote_app, "repair", "Mend the ledger; complete or undo an interrupted promotion.")
+def promote_repair(
+    complete: Annotated[
+        str | None,
+        typer.Option(
+            "--complete",
+            metavar="STACK",
+            help="Finish STACK's interrupted promotion (or record its hand-made release, with --reason).",
+        ),
+    ] = None,
+    roll_back: Annotated[
+        str | None,
+        typer.Option(
+            "--roll-back",
+            metavar="STACK",
+            help="Undo STACK's interrupted promotion (or its hand-made release): the file gets the release back.",
+        ),
+    ] = None,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why a hand-made release is recorded.")] = None,
+    as_json: JsonOpt = False,
+    root: RootOpt = None,
+) -> None:
     """Mend a torn last line of the ledger (a write cut off before its end, e.g. by a crash or a full disk): add its
-    newline when it is a whole entry that fits the chain, remove it otherwise. Nothing else is changed; a ledger
-    that is broken elsewhere is refused (restore it from git)."""
+    newline when it is a whole entry that fits the chain, remove it otherwise. Then name each stack file that
+    disagrees with the ledger: a promotion interrupted between its intent and its outcome, or a release changed
+    outside gpufleet promote. --complete STACK or --roll-back STACK resolves one, writing the stack file when it
+    must and recording what was done in the ledger. A ledger broken elsewhere is refused (restore it from git).
+
+    Exit 0 when nothing disagrees (any longer), 1 when a stack still does or the repair cannot be done.
+    """
     from gpufleet.fleet.promote_ledger import LEDGER_FILE, Ledger
 
+    if complete and roll_back:
+        raise usage_error("--complete and --roll-back: choose one")
+    if reason and not complete:
+        raise usage_error("--reason goes with --complete")
+    project = project_root(root)
     with _refusing():
-        fixed = Ledger(project_root(root) / LEDGER_FILE).repair()
+        fixed = Ledger(project / LEDGER_FILE).repair()
+        done = _repair_stack(project, complete or roll_back, "complete" if complete else "roll-back", reason)
+        left = _ledger_problems(project)
     if as_json:
-        emit_json(None if fixed is None else {"line": fixed.line, "action": fixed.action, "text": fixed.text})
-    elif fixed is None:
-        out.print(f"nothing to repair: the last line of {LEDGER_FILE} is whole")
+        emit_json(
+            {
+                "torn_line": None
+                if fixed is None
+                else {"line": fixed.line, "action": fixed.action, "text": fixed.text},
+                "repaired": done,
+                "problems": [m.message() for m in left],
+            }
+        )
     else:
-        what = "completed (its newline added)" if fixed.action == "completed" else "removed (it was never recorded)"
-        out.print(f"{LEDGER_FILE}:{fixed.line}: the incomplete last line was {what}: {fixed.text}", markup=False)
+        if fixed is None:
+            out.print(f"nothing to repair: the last line of {LEDGER_FILE} is whole")
+        else:
+            what = "completed (its newline added)" if fixed.action == "completed" else "removed (it was never recorded)"
+            out.print(f"{LEDGER_FILE}:{fixed.line}: the incomplete last line was {what}: {fixed.text}", markup=False)
+        if done is not None:
+            out.print(shown(done))
+        for m in left:
+            out.print(f"[red]{shown(m.stack)}:[/red] {shown(m.message())}")
+    if left:
+        raise typer.Exit(EXIT_INVALID)
+
+
+def _ledger_problems(project: Path) -> list[Mismatch]:
+    """The stack files of the policy that disagree with the ledger (none without a policy)."""
+    from gpufleet.fleet.promote import POLICY_FILE, StackFiles, mismatches
+    from gpufleet.fleet.promote_ledger import LEDGER_FILE, Ledger
+
+    if not (project / POLICY_FILE).is_file():
+        return []
+    policy = _policy(project)
+    entries = Ledger(project / LEDGER_FILE).entries()
+    return list(mismatches(StackFiles.read(project, policy.stacks()), policy, entries).values())
+
+
+def _repair_stack(project: Path, stack: str | None, action: Any, reason: str | None) -> str | None:
+    """Complete or roll back ``stack``'s disagreement with the ledger, under the ledger's lock; what was done."""
+    from gpufleet.fleet.promote import RepairError, StackFiles, git_commit, mismatches, plan_repair, write_target
+    from gpufleet.fleet.promote_ledger import LEDGER_FILE, Ledger, new_entry, now_utc
+
+    if stack is None:
+        return None
+    policy = _policy(project)
+    if policy.position(_stack_name(stack, "--complete/--roll-back")) is None:
+        raise usage_error(f"{stack} is not in {project / 'promotion.yaml'}; its stacks: {', '.join(policy.stacks())}")
+    with Ledger(project / LEDGER_FILE).locked() as txn:
+        files = StackFiles.read(project, policy.stacks())
+        problem = mismatches(files, policy, txn.entries, [stack]).get(stack)
+        if problem is None:
+            return f"{stack}: its stack file agrees with the ledger; nothing to {action}"
+        try:
+            repair = plan_repair(files, problem, action, reason)
+        except RepairError as exc:
+            err.print(f"[red]error:[/red] {shown(exc)}")
+            raise typer.Exit(EXIT_INVALID) from None
+        if repair.text is not None:
+            write_target(files.path(stack), repair.text)
+        fields = dict(repair.entry)
+        release, result = fields.pop("release"), fields.pop("result")
+        txn.append(new_entry("promote", stack, release, result, now_utc(), git_commit(project), **fields))
+    wrote = f"{files.path(stack).name} written, " if repair.text is not None else ""
+    return f"{stack}: {wrote}{LEDGER_FILE} records it ({repair.entry['note']})"

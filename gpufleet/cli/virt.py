@@ -217,13 +217,16 @@ def _write_outputs(
 
 
 def _write_files(option: str, directory: Path, texts: dict[str, str]) -> list[Path]:
-    """Each text as ``<directory>/<name>``; exit 1 naming the option and directory when it cannot be written."""
+    """Each text as ``<directory>/<name>``, crash-safely; exit 1 naming the option and directory when it cannot be
+    written."""
+    from gpufleet.common.atomic import write_atomic
+
     files = []
     try:
         directory.mkdir(parents=True, exist_ok=True)
         for name, text in texts.items():
             path = directory / name
-            path.write_text(text, encoding="utf-8")
+            write_atomic(path, text)
             files.append(path)
     except OSError as exc:
         err.print(f"[red]error:[/red] {option} {shown(directory)}: {shown(exc.strerror or exc)}")

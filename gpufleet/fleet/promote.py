@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 import re
 import subprocess
 from collections.abc import Iterator, Sequence
@@ -39,9 +38,10 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from gpufleet.azure.cost import CostDelta, cost_delta, stack_cost
 from gpufleet.catalog import Catalog
+from gpufleet.common.atomic import write_atomic
 from gpufleet.common.diagnostics import Diagnostic, Finding
 from gpufleet.common.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
-from gpufleet.fleet.promote_ledger import Entry, iso, parse_time
+from gpufleet.fleet.promote_ledger import LEDGER_FILE, Entry, iso, parse_time
 from gpufleet.spec.load import NAMESPACE, LoadedStack, load_stack_text, stack_name_from_file
 from gpufleet.spec.models import RegionName, Stack
 from gpufleet.spec.models import Stage as StageName
@@ -54,6 +54,7 @@ GATES: tuple[Gate, ...] = ("earlier_waves", "verified", "soaked", "canary_verifi
 DEFAULT_GATES: tuple[Gate, ...] = ("earlier_waves", "verified", "soaked")  # canary_verified: a stage opts in
 ORDER = "order"  # a source out of the policy's order: not a policy gate (always checked), but forceable like one
 FORCEABLE = (*GATES, ORDER)
+LEDGER_GATE = "ledger"  # a stack file that disagrees with the ledger: never forceable (gpufleet promote repair)
 
 SoakTime = Annotated[str, matching(r"\d+[mhd]", "a duration in minutes, hours or days, e.g. '30m', '24h', '2d'")]
 
@@ -189,6 +190,14 @@ def _child_indent(lines: Sequence[str], start: int, end: int, default: int) -> i
 
 def _indented(line: str, indent: int) -> str:
     return " " * max(indent, 0) + line.lstrip(" ") if line.strip() else line
+
+
+def release_block_text(text: str) -> str:
+    """The ``gpufleet:release`` block of a stack file's text, its lines as they are: a source of its own for
+    :func:`replace_release_block` (the ledger keeps it with a promotion, so one can be completed or undone)."""
+    lines = text.splitlines(keepends=True)
+    start, end, _ = _block_span(lines)
+    return "".join(lines[start:end])
 
 
 def replace_release_block(target: str, source: str) -> str:
@@ -583,6 +592,8 @@ def decide(
                     f"{files.path(name).name} has uncommitted changes; commit or stash them first, so {why}",
                 )
             )
+    for mismatch in mismatches(files, policy, entries, list(dict.fromkeys((source, target)))).values():
+        refusals.append(Refusal(LEDGER_GATE, mismatch.message()))
     problem = order_problem(policy, source, target)
     if problem:
         refusals.append(Refusal(ORDER, f"{problem}; --force --reason TEXT takes it from {source} anyway (recorded)"))
@@ -592,10 +603,149 @@ def decide(
 
 
 def write_target(path: Path, text: str) -> None:
-    """Replace the file atomically (a reader sees the old or the new file, never half of one)."""
-    tmp = path.with_name(f".{path.name}.gpufleet-tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Replace the file crash-safely (a reader, or the file after a crash, has the old or the new text, never part
+    of one: :func:`gpufleet.common.atomic.write_atomic`)."""
+    write_atomic(path, text)
+
+
+# -- the ledger against the stack files ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A stack file whose release is not the one the ledger says it holds: a promotion whose intent the ledger has
+    but not its outcome (``interrupted``: the process died, or the machine, between the two), or a release changed
+    outside ``gpufleet promote`` after the last promotion into the stack. ``expected`` is the release the ledger's
+    ``entry`` (that intent, or the last promotion) brings; ``holds`` the file's (None: the file is invalid)."""
+
+    stack: str
+    file: str
+    holds: str | None
+    expected: str
+    entry: Entry
+    interrupted: bool
+
+    @property
+    def previous(self) -> str | None:
+        """The release the interrupted promotion replaced."""
+        return self.entry.data.get("previous_release")
+
+    def message(self) -> str:
+        e = self.entry
+        if self.interrupted:
+            holds = (
+                "the promoted release"
+                if self.holds == e.release
+                else "the release before"
+                if self.holds == self.previous
+                else f"release {self.holds or '(invalid)'}, neither the one before nor the promoted one"
+            )
+            return (
+                f"{self.file}: the promotion of release {e.release} from {e.source} into {self.stack} was interrupted"
+                f" ({LEDGER_FILE}:{e.line} has its intent, no outcome); the file holds {holds}. Run 'gpufleet promote"
+                f" repair --complete {self.stack}' (the file gets release {e.release}) or '--roll-back {self.stack}'"
+                f" (it keeps or gets back {self.previous})"
+            )
+        return (
+            f"{self.file} holds release {self.holds}, but the last promotion into {self.stack} ({LEDGER_FILE}:{e.line})"
+            f" brought {self.expected}: a change made outside gpufleet promote. Run 'gpufleet promote repair"
+            f" --complete {self.stack} --reason TEXT' (the ledger records the file's release) or '--roll-back"
+            f" {self.stack}' (the file gets {self.expected} back)"
+        )
+
+
+def mismatches(
+    files: StackFiles, policy: Policy, entries: Sequence[Entry], names: Sequence[str] | None = None
+) -> dict[str, Mismatch]:
+    """The stacks (``names``, default the policy's) whose file disagrees with the ledger. A release edited by hand
+    in the first stage is how a release starts: only an interrupted promotion counts there. Pure."""
+    pending: dict[str, Entry] = {}
+    last: dict[str, Entry] = {}
+    for e in entries:
+        if e.kind != "promote":
+            continue
+        if e.result == "started":
+            pending[e.stack] = e
+            continue
+        pending.pop(e.stack, None)
+        if e.result == "ok":  # failed: undone, the promotion before it stands
+            last[e.stack] = e
+    first_stage = {f"{policy.stages[0].name}-{region}" for wave in policy.stages[0].waves for region in wave}
+    found = {}
+    for name in names if names is not None else policy.stacks():
+        if name not in pending and (name not in last or name in first_stage):
+            continue
+        rel, _ = files.release(name)
+        holds = release_hash(rel) if rel is not None else None
+        if name in pending:
+            entry = pending[name]
+            found[name] = Mismatch(name, files.path(name).name, holds, entry.release, entry, interrupted=True)
+        elif holds is not None and holds != last[name].release:
+            found[name] = Mismatch(name, files.path(name).name, holds, last[name].release, last[name], False)
+    return found
+
+
+# What a repair writes in the ledger's ``note``.
+COMPLETED = "completed by gpufleet promote repair"
+ROLLED_BACK = "rolled back by gpufleet promote repair"
+RECORDED_HAND_EDIT = "recorded by gpufleet promote repair: a release changed outside gpufleet promote"
+ROLLED_BACK_HAND_EDIT = "rolled back by gpufleet promote repair: a release changed outside gpufleet promote"
+
+
+class RepairError(ValueError):
+    """A repair that cannot be done as asked (the message says why, and what to do instead)."""
+
+
+@dataclass(frozen=True)
+class RepairStep:
+    """What ``promote repair --complete/--roll-back`` does to one stack: the file's new text (None: it stays) and
+    the ledger entry's fields that record it."""
+
+    text: str | None
+    entry: dict[str, Any]
+
+
+def plan_repair(
+    files: StackFiles, problem: Mismatch, action: Literal["complete", "roll-back"], reason: str | None
+) -> RepairStep:
+    """How to complete or roll back an interrupted promotion, or record or undo a hand-made release. The text is
+    validated; RepairError when the ledger lacks what the step needs. Pure."""
+    e, current = problem.entry, files.texts[problem.stack] or ""
+    keep = {k: e.data[k] for k in ("from", "previous_release", "pins", "forced", "reason", "block") if k in e.data}
+    if problem.interrupted:
+        want = e.data.get("block") if action == "complete" else e.data.get("previous_block")
+        have = e.release if action == "complete" else problem.previous
+        text = None if problem.holds == have else replace_release_block(current, str(want))
+        done = action == "complete"
+        fields = {"result": "ok" if done else "failed", "note": COMPLETED if done else ROLLED_BACK, **keep}
+        release = e.release
+    elif action == "complete":
+        if not (reason and reason.strip()):
+            raise RepairError("--complete of a release changed by hand needs --reason TEXT: the ledger records why")
+        text, release = None, str(problem.holds)
+        fields = {
+            "result": "ok",
+            "note": RECORDED_HAND_EDIT,
+            "previous_release": problem.expected,
+            "forced": [LEDGER_GATE],
+            "reason": reason,
+            "block": release_block_text(current),
+        }
+    else:
+        block = e.data.get("block")
+        if block is None:
+            raise RepairError(
+                f"the ledger has no copy of release {problem.expected}'s block ({LEDGER_FILE}:{e.line} was written by"
+                f" an older gpufleet): restore it from git (git log -p -- {problem.file}), commit, and run repair again"
+            )
+        text, release = replace_release_block(current, str(block)), str(problem.holds)
+        fields = {"result": "failed", "note": ROLLED_BACK_HAND_EDIT, "previous_release": problem.expected}
+    if text is not None:
+        result = load_stack_text(text, str(files.path(problem.stack)))
+        if not result.ok:
+            lines = "\n  ".join(str(d) for d in result.diagnostics)
+            raise RepairError(f"{problem.file} would be invalid; fix it by hand first:\n  {lines}")
+    return RepairStep(text, {"release": release, **fields})
 
 
 # -- status ----------------------------------------------------------------------------------------------------
@@ -614,11 +764,14 @@ class StackStatus:
     next_from: str | None  # the default source
     next_state: str  # "up to date", "ready", "blocked: ...", "first stage", "invalid"
     forced: Entry | None = None  # the promotion that brought the release, when it went past gates
+    problem: Mismatch | None = None  # the file disagrees with the ledger (gpufleet promote repair)
 
 
 def forced_promotion(entries: Sequence[Entry], stack: str, release: str | None) -> Entry | None:
     """The latest promotion of ``release`` into ``stack``, when it was forced (None when it was not, or none)."""
-    promoted = [e for e in entries if e.kind == "promote" and e.stack == stack and e.release == release]
+    promoted = [
+        e for e in entries if e.kind == "promote" and e.result == "ok" and e.stack == stack and e.release == release
+    ]
     return promoted[-1] if promoted and promoted[-1].forced else None
 
 
@@ -626,6 +779,7 @@ def status(files: StackFiles, policy: Policy, entries: Sequence[Entry], now: dt.
     """Each stack of the policy: its release, verification, soak, what may move next, and whether its release came
     by a forced promotion. Pure (see :func:`decide`)."""
     out = []
+    problems = mismatches(files, policy, entries)
     for stage in policy.stages:
         for w, wave in enumerate(stage.waves, 1):
             for region in wave:
@@ -637,6 +791,9 @@ def status(files: StackFiles, policy: Policy, entries: Sequence[Entry], now: dt.
                 source = default_source(policy, name)
                 if release is None:
                     state = "invalid"
+                elif name in problems:
+                    why = "interrupted promotion" if problems[name].interrupted else "changed by hand"
+                    state = f"blocked (ledger): {why}"
                 elif source is None:
                     state = "first stage: edit its release block"
                 else:
@@ -650,7 +807,18 @@ def status(files: StackFiles, policy: Policy, entries: Sequence[Entry], now: dt.
                 forced = forced_promotion(entries, name, release)
                 out.append(
                     StackStatus(
-                        name, stage.name, region, w, release, verified, soaked, stage.soak, source, state, forced
+                        name,
+                        stage.name,
+                        region,
+                        w,
+                        release,
+                        verified,
+                        soaked,
+                        stage.soak,
+                        source,
+                        state,
+                        forced,
+                        problems.get(name),
                     )
                 )
     return out

@@ -31,9 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from gpufleet.common.atomic import fsync_dir, step
+
 LEDGER_FILE = "promotion-ledger.jsonl"
 Kind = Literal["deploy", "verify", "promote"]
-Result = Literal["ok", "failed"]
+# started: a promotion's intent, written (and fsync'ed) before the stack file changes; its outcome follows as ok, or as
+# failed when it was undone (docs/reliability.md)
+Result = Literal["ok", "failed", "started"]
 REPAIR_HINT = "run 'gpufleet promote repair'"
 RESTORE_HINT = f"restore {LEDGER_FILE} from git (git log -p -- {LEDGER_FILE} shows each change)"
 
@@ -111,6 +115,8 @@ def _field_problem(data: dict[str, Any]) -> str | None:
     for key, allowed in (("kind", get_args(Kind)), ("result", get_args(Result))):
         if data.get(key) not in allowed:
             return f"{key}: {data.get(key)!r} is not one of {', '.join(allowed)}"
+    if data["result"] == "started" and data["kind"] != "promote":
+        return f"result: 'started' is a promotion's intent, not a {data['kind']}'s outcome"
     for key in ("stack", "release"):
         if not isinstance(data.get(key), str) or not data[key]:
             return f"{key}: expected a non-empty string, got {data.get(key)!r}"
@@ -126,7 +132,7 @@ def _field_problem(data: dict[str, Any]) -> str | None:
     hosts = data.get("hosts")
     if hosts is not None and not (isinstance(hosts, dict) and all(isinstance(h, dict) for h in hosts.values())):
         return f"hosts: expected an object of hosts, got {hosts!r}"
-    for key in ("reason", "from", "note", "commit", "prev", "hash"):
+    for key in ("reason", "from", "note", "commit", "prev", "hash", "block", "previous_block"):
         if data.get(key) is not None and not isinstance(data[key], str):
             return f"{key}: expected a string, got {data[key]!r}"
     return None
@@ -242,19 +248,17 @@ class Transaction:
         line = _line(data)
         size = os.fstat(self._fd).st_size
         try:
+            step(f"write {self.ledger.path.name} ({fields['kind']} {fields['result']})")
             written = os.write(self._fd, line)
             if written != len(line):
                 raise OSError(f"short write to {self.ledger.path}: {written} of {len(line)} bytes")
+            step(f"fsync {self.ledger.path.name}")
             os.fsync(self._fd)
         except OSError:
             os.ftruncate(self._fd, size)
             raise
         if size == 0:  # a new file: make its directory entry durable too
-            dir_fd = os.open(self.ledger.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            fsync_dir(self.ledger.path.parent)
         self._lines += 1
         self.entries.append(_entry(str(self.ledger.path), self._lines, line.decode()[:-1]))
         return data

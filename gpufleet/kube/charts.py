@@ -45,6 +45,7 @@ from typing import Any
 
 from gpufleet.azure.aks import aks_node_labels
 from gpufleet.azure.cost import StackCost
+from gpufleet.common.atomic import replace_dir
 from gpufleet.kube.dra import DraPlan, dra_plan
 from gpufleet.kube.gpu_software import (
     CLUSTER_POLICY,
@@ -1025,11 +1026,7 @@ def write(result: Render, out: Path) -> list[Path]:
     try:
         for name, text in files.items():
             (staging / name).write_text(text)
-        if not out.exists():
-            staging.rename(out)
-        else:
-            for name in files:
-                os.replace(staging / name, out / name)
+        replace_dir(staging, out)
     except OSError as exc:
         raise ChartError(f"cannot write to {out}: {exc.strerror}") from None
     finally:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpufleet.common.atomic import write_atomic
 from gpufleet.lab import container, redfish, resetd, snapshot, ssh, virt
 from gpufleet.lab import image as image_mod
 from gpufleet.lab.accel import Accel, detect
@@ -95,7 +96,7 @@ class Lab:
 
     def _save(self, **changes: Any) -> None:
         state = {**self._state(), **changes}
-        self.state_path.write_text(json.dumps(state, indent=2))
+        write_atomic(self.state_path, json.dumps(state, indent=2))
 
     def _ports_in_use_by_other_labs(self) -> set[int]:
         return _ports_in_state_files(but=self.state_path)

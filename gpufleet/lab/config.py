@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpufleet.common.atomic import write_atomic
 
 
 def cache_dir() -> Path:
@@ -24,11 +27,11 @@ def lab_dir() -> Path:
 
 def write_private(path: Path, text: str) -> None:
     """Write a secret (credentials, a password hash) readable by its owner only: the file is created with mode 0600,
-    never world-readable for a moment, and an existing file is truncated and set to 0600 before it is written."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        os.fchmod(fd, 0o600)
-        f.write(text)
+    never world-readable for a moment (the new file replaces the old one crash-safely: it is owner-only from the
+    moment it exists)."""
+    if path.is_symlink():  # a secret goes where it is asked to, never where a link points
+        raise OSError(errno.ELOOP, f"{path} is a symbolic link: not written")
+    write_atomic(path, text, mode=0o600, follow_symlinks=False)
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gpufleet.common.atomic import write_atomic
 from gpufleet.lab import Lab
 from gpufleet.lab.ansible_run import run_playbook
 from gpufleet.lab.config import LAB_STACK
@@ -100,7 +101,7 @@ def record(name: str, data: dict, project: Path) -> Path:
     path = project / "build" / "timings" / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {**data, "recorded": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": _machine()}
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
     return path
 
 

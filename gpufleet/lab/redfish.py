@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.baremetal.bmc import Bmc, BmcError, Endpoint, Inventory
+from gpufleet.common.atomic import write_atomic
 from gpufleet.lab.config import REDFISH_PORT, lab_dir, write_private
 from gpufleet.lab.virt import URI, alive, start_daemon, started_daemons, tcp_listener, virsh
 
@@ -98,14 +99,15 @@ def _write_config(uuids: list[str], creds: Credentials) -> Path:
     hashed = bcrypt.hashpw(creds.password.encode(), bcrypt.gensalt(rounds=10)).decode()
     write_private(htpasswd, f"{creds.user}:{hashed}\n")
     config = lab_dir() / "sushy.conf"
-    config.write_text(
+    write_atomic(
+        config,
         "# written by gpufleet lab: a Redfish BMC for the lab's libvirt domains only\n"
         f"SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\n"
         f"SUSHY_EMULATOR_LISTEN_PORT = {REDFISH_PORT}\n"
         f"SUSHY_EMULATOR_AUTH_FILE = '{htpasswd}'\n"
         f"SUSHY_EMULATOR_LIBVIRT_URI = '{URI}'\n"
         f"SUSHY_EMULATOR_ALLOWED_INSTANCES = {sorted(uuids)!r}\n"
-        f"SUSHY_EMULATOR_STORAGE_POOL = '{MEDIA_POOL}'\n"
+        f"SUSHY_EMULATOR_STORAGE_POOL = '{MEDIA_POOL}'\n",
     )
     return config
 
@@ -166,7 +168,7 @@ def ensure_emulator(uuids: list[str], progress: Any) -> Client:
             return False
         return True
 
-    state.write_text(json.dumps({"uuids": wanted}))
+    write_atomic(state, json.dumps({"uuids": wanted}))
     try:
         pid = start_daemon("sushy", [_emulator(), "--config", str(config)], answers, seconds=60)
     except RuntimeError as exc:

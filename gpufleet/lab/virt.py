@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 from xml.sax.saxutils import escape
 
+from gpufleet.common.atomic import write_atomic
 from gpufleet.lab.accel import Accel
 from gpufleet.lab.config import DOMAIN_PREFIX, SHAPE, HostShape, lab_dir
 
@@ -61,7 +62,7 @@ def record_daemon(name: str, pid: int | None) -> None:
         known.pop(name, None)
     else:
         known[name] = pid
-    _daemons_file().write_text(json.dumps(known))
+    write_atomic(_daemons_file(), json.dumps(known))
 
 
 def alive(pid: int) -> bool:

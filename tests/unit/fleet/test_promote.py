@@ -73,6 +73,11 @@ def ledger_lines(root: Path) -> list[dict]:
     return [json.loads(line) for line in (root / LEDGER_FILE).read_text().splitlines()]
 
 
+def promotions(root: Path) -> list[dict]:
+    """The ledger's completed promotions (each follows its intent, ``result: started``)."""
+    return [e for e in ledger_lines(root) if e["kind"] == "promote" and e["result"] == "ok"]
+
+
 def outside_release(text: str) -> str:
     lines = text.splitlines(keepends=True)
     start, end, _ = _block_span(lines)
@@ -159,13 +164,16 @@ def test_a_release_moves_dev_staging_prod_wave_1_then_wave_2(repo: Path):
         assert NEW_PIN in text
 
     entries = ledger_lines(repo)
-    promotions = [(e["from"], e["stack"], e["release"]) for e in entries if e["kind"] == "promote"]
-    assert promotions == [
+    assert [(e["from"], e["stack"], e["release"]) for e in promotions(repo)] == [
         ("dev-westeurope", "staging-westeurope", release),
         ("staging-westeurope", "prod-eastus", release),
         ("staging-westeurope", "prod-westeurope", release),
     ]
     assert all(e["commit"] and e["previous_release"] != release for e in entries if e["kind"] == "promote")
+    # each promotion's intent (both release blocks) is written before its stack file, its outcome after
+    steps = [(e["stack"], e["result"]) for e in entries if e["kind"] == "promote"]
+    assert steps == [(e["stack"], r) for e in promotions(repo) for r in ("started", "ok")]
+    assert all(NEW_PIN in e["block"] and OLD_PIN in e["previous_block"] for e in entries if e["result"] == "started")
 
     # again: nothing to promote, nothing recorded
     proc = run(repo, "promote", "prod-westeurope", now=hour(75))
@@ -203,7 +211,7 @@ def test_a_forced_promotion_needs_a_reason_and_records_it(repo: Path):
     proc = run(repo, "promote", "staging-westeurope", "--force", "--reason", "CVE-2026-0001 in the operator")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "forced (soaked)" in proc.stdout
-    (entry,) = [e for e in ledger_lines(repo) if e["kind"] == "promote"]
+    (entry,) = promotions(repo)
     assert entry["forced"] == ["soaked"] and entry["reason"] == "CVE-2026-0001 in the operator"
     assert entry["release"] == release
 
@@ -402,7 +410,7 @@ def test_a_source_out_of_the_policys_order_is_refused_unless_forced_and_status_s
     proc = run(repo, "promote", "prod-eastus", "--from", "hotfix-westeurope", "--force", "--reason", reason)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "forced (order)" in proc.stdout and NEW_PIN in (repo / "Pulumi.prod-eastus.yaml").read_text()
-    (entry,) = [e for e in ledger_lines(repo) if e["kind"] == "promote"]
+    (entry,) = promotions(repo)
     assert (entry["from"], entry["forced"], entry["reason"]) == ("hotfix-westeurope", ["order"], reason)
     commit(repo, "hotfix to prod-eastus")
     (row,) = [r for r in json.loads(run(repo, "promote", "status", "--json").stdout) if r["stack"] == "prod-eastus"]
@@ -506,7 +514,7 @@ def test_a_torn_last_line_is_refused_until_repaired(repo: Path):
     complete = ledger.read_text()
     ledger.write_text(complete[:-1])  # a whole entry that lost only its newline is kept
     proc = run(repo, "promote", "repair", "--json")
-    assert json.loads(proc.stdout)["action"] == "completed" and ledger.read_text() == complete
+    assert json.loads(proc.stdout)["torn_line"]["action"] == "completed" and ledger.read_text() == complete
     assert "nothing to repair" in run(repo, "promote", "repair").stdout
 
 
@@ -527,7 +535,7 @@ def test_promotions_started_at_once_promote_once(repo: Path):
     ]
     outputs = [p.communicate(timeout=120)[0] for p in runs]
     assert [p.returncode for p in runs] == [0, 0, 0, 0], outputs
-    assert len([e for e in ledger_lines(repo) if e["kind"] == "promote"]) == 1
+    assert len(promotions(repo)) == 1
     assert sum("promoted:" in o for o in outputs) == 1
     assert sum("nothing to promote" in o for o in outputs) == 3
 

@@ -8,7 +8,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from tests.unit.fleet.test_promote import commit, ledger_lines, new_release_in_dev, repo, run
+from tests.unit.fleet.test_promote import commit, ledger_lines, new_release_in_dev, promotions, repo, run
 
 __all__ = ["repo"]  # the fixture, from test_promote
 
@@ -91,7 +91,7 @@ def test_the_canary_gate_is_forced_like_the_others_and_recorded(repo: Path):
     proc = run(repo, "promote", STAGING, "--force", "--reason", "canary rack in repair", now=later)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "forced (canary_verified)" in proc.stdout
-    (entry,) = [e for e in ledger_lines(repo) if e["kind"] == "promote"]
+    (entry,) = promotions(repo)
     assert entry["forced"] == ["canary_verified"] and entry["reason"] == "canary rack in repair"
 
 
