@@ -16,13 +16,14 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # When this make started (before any prerequisite): `make test` and `make lab` report their whole time from it.
 STARTED := $(shell date +%s)
 
-.PHONY: help setup test test-fast test-slow lint bench lab lab-down clean
+.PHONY: help setup test test-fast test-slow fuzz lint bench lab lab-down clean
 
 help:
 	@echo "make setup      create .venv and install gpufleet with its dev tools, a pinned helm and its charts, promtool and fence_redfish (idempotent)"
 	@echo "make test       lint + every test (installs what it needs first)"
 	@echo "make test-fast  every test but the lab's (no VMs, no containers; a few minutes)"
 	@echo "make test-slow  the long scenarios kept out of 'make test'"
+	@echo "make fuzz       the fuzz test with FUZZ_SEEDS fresh random seeds (default 10), each printed"
 	@echo "make lint       ruff, pylint's duplicate-code check, yamllint, ansible-lint (production profile)"
 	@echo "make bench      performance figures"
 	@echo "make lab        bring up the local bare-metal lab, converge it, report its state (stays running)"
@@ -96,6 +97,11 @@ test-fast: setup
 test-slow: setup
 	@GPUFLEET_LAB_TCG_THREADS=multi $(BIN)/python -m pytest -m slow -s tests; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test-slow: no slow scenarios exist yet"; exit 0; fi; exit $$rc
+
+# The fuzz test with fresh random seeds (make test runs its fixed seed and the regression cases): make fuzz FUZZ_SEEDS=50
+FUZZ_SEEDS ?= 10
+fuzz: setup
+	$(BIN)/python scripts/fuzz.py $(FUZZ_SEEDS) --workers $(TEST_WORKERS)
 
 bench: setup
 	$(BIN)/python benchmarks/run.py

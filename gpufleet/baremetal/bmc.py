@@ -301,7 +301,9 @@ class Bmc:
 
     # -- errors ------------------------------------------------------------------------------------------
     def _scrub(self, text: str) -> str:
+        """An error's text as one line (a BMC's message may span several), without the password."""
         secret = self.endpoint.password
+        text = " ".join(text.split())
         return text.replace(secret, "***") if len(secret) >= 4 else text
 
     @contextmanager

@@ -68,10 +68,11 @@ def suggest(word: str, choices: Iterable[str], n: int = 1) -> list[str]:
     return [lowered[h] for h in hits]
 
 
-def did_you_mean(word: str, choices: Iterable[str], limit: int = 12) -> str:
-    """``"did you mean 'x'? valid: a, b, c"`` — for messages that name what would be valid."""
-    choices = sorted(set(choices))
-    hint = suggest(word, choices)
+def did_you_mean(word: str, choices: Iterable[object], limit: int = 12) -> str:
+    """``"did you mean 'x'? valid: a, b, c"`` — for messages that name what would be valid (choices that are not
+    text, such as a YAML key read as null or a number, are shown as text)."""
+    choices = sorted({str(c) for c in choices})
+    hint = suggest(str(word), choices)
     shown = ", ".join(choices[:limit]) + (f", … ({len(choices) - limit} more)" if len(choices) > limit else "")
     if hint:
         return f"did you mean '{hint[0]}'? valid: {shown}"

@@ -115,7 +115,7 @@ def _partial_rule_findings(raw: dict[str, Any], context: rules.Context) -> Itera
         raw_profiles = raw.get("tuning_profiles", {})
         if isinstance(raw_profiles, dict):
             parsed = {k: _parsed(TuningProfile, v) for k, v in raw_profiles.items()}
-            if all(v is not None for v in parsed.values()):
+            if all(isinstance(k, str) and v is not None for k, v in parsed.items()):  # else: reported already
                 profiles = {"default": TuningProfile(), **parsed}
         yield from rules.check_host_groups(groups, context, profiles)
         if isinstance(bm.get("hosts"), list):

@@ -110,6 +110,7 @@ class Timeouts:
     facts_s: float = 120
     wipe_s: float = 3600  # the BMC's SecureErase task
     bmc_retry_s: float = 30  # a refused connection (the BMC's web server restarting)
+    bmc_read_s: float = 60  # one answer of the BMC (a response that stops half way fails after it)
     poll_s: float = 2.0
 
 
@@ -274,6 +275,7 @@ class BareMetalHostProvider(ResourceProvider):
                 self._password(host, props),
                 verify_tls=host.bmc_verify_tls,
                 retry_seconds=host.timeouts.bmc_retry_s,
+                read_timeout=host.timeouts.bmc_read_s,
             )
             with Bmc(endpoint, poll_seconds=host.timeouts.poll_s) as bmc:
                 yield bmc

@@ -41,7 +41,13 @@ from gpufleet.plan.build import plan_stack
 from gpufleet.spec.load import dump_stack, load_stack_text
 from tests.conftest import EXAMPLE_STACKS, FIXTURES, REPO, TODAY
 
-SEED = int(os.environ.get("GPUFLEET_FUZZ_SEED", "20261125"))
+# The seeds a run uses: GPUFLEET_FUZZ_SEEDS=1,2,3 (make fuzz draws fresh ones) or GPUFLEET_FUZZ_SEED=N; by default the
+# one make test has run since the test was written.
+SEEDS = [
+    int(s) for s in os.environ.get("GPUFLEET_FUZZ_SEEDS", os.environ.get("GPUFLEET_FUZZ_SEED", "20261125")).split(",")
+]
+# Inputs fresh seeds found defects in, replayed by every make test (seed, kind, index; docs/reliability.md).
+REGRESSION_CASES = [(101, "stack-text", 794)]
 # CPU seconds an input may take (time.process_time): what a pathological input costs, and the same on a loaded machine.
 # Wall time was not: the CI machine, running the lab's VMs beside the fast tests, made ordinary inputs take 2.0-3.6 s
 # of wall time (2026-11-27) while none took near that in CPU.
@@ -155,6 +161,8 @@ class Outcome:
     """What the inputs of one test did: failures (seed, index, what, input excerpt) and the slowest input."""
 
     kind: str
+    seed: int
+    test: str = ""  # the test function that runs this kind
     failures: list[str] = field(default_factory=list)
     slowest: tuple[float, str] = (0.0, "")
     runs: int = 0
@@ -165,7 +173,10 @@ class Outcome:
         try:
             call()
         except Exception as exc:  # the point: nothing may escape
-            self.failures.append(f"seed {SEED} {self.kind}[{index}]: {type(exc).__name__}: {exc!s:.200} <- {describe}")
+            self.failures.append(
+                f"seed {self.seed} {self.kind}[{index}]: {type(exc).__name__}: {exc!s:.200} <- {describe}"
+                f" (replay: GPUFLEET_FUZZ_SEED={self.seed} python -m pytest tests/unit/test_fuzz.py -k {self.test})"
+            )
         seconds = time.process_time() - started
         if seconds > self.slowest[0]:
             self.slowest = (seconds, f"{self.kind}[{index}] <- {describe}")
@@ -186,8 +197,8 @@ def chunk(total: int, part: int) -> range:
     return range(part * size, min(total, (part + 1) * size))
 
 
-def rng_for(kind: str, index: int) -> random.Random:
-    return random.Random(f"{SEED}:{kind}:{index}")
+def rng_for(kind: str, index: int, seed: int) -> random.Random:
+    return random.Random(f"{seed}:{kind}:{index}")
 
 
 COMMAND = typer.main.get_command(app)
@@ -369,12 +380,13 @@ def _validate_and_plan(text: str, name: str, workdir: Path, as_json: bool) -> No
         cli(["plan", str(path), *(["--json"] if as_json else [])])
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("part", range(CHUNKS))
-def test_mutated_stack_data_never_escapes_validate_or_plan(part: int, tmp_path: Path):
-    outcome = Outcome("stack-data")
+def test_mutated_stack_data_never_escapes_validate_or_plan(part: int, seed: int, tmp_path: Path):
+    outcome = Outcome("stack-data", seed, "mutated_stack_data_never_escapes_validate_or_plan")
     runs = chunk(STACK_DATA_INPUTS, part)
     for i in runs:
-        rng = rng_for("stack-data", i)
+        rng = rng_for("stack-data", i, seed)
         name, doc = pick(DOCS, rng)
         mutated = mutate_data(doc, rng)
         text = json.dumps(mutated)  # JSON is YAML: fast to write, and exercises flow syntax
@@ -385,18 +397,34 @@ def test_mutated_stack_data_never_escapes_validate_or_plan(part: int, tmp_path: 
     outcome.check(len(runs))
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("part", range(CHUNKS))
-def test_mutated_stack_text_never_escapes_validate_or_plan(part: int, tmp_path: Path):
-    outcome = Outcome("stack-text")
+def test_mutated_stack_text_never_escapes_validate_or_plan(part: int, seed: int, tmp_path: Path):
+    outcome = Outcome("stack-text", seed, "mutated_stack_text_never_escapes_validate_or_plan")
     runs = chunk(STACK_TEXT_INPUTS, part)
     for i in runs:
-        rng = rng_for("stack-text", i)
-        name, text = pick(SOURCES, rng)
-        mutated = mutate_text(text, rng)
-        outcome.run(
-            i, f"{name}: {excerpt(mutated)}", lambda t=mutated, n=name, j=i % 2: _validate_and_plan(t, n, tmp_path, j)
-        )
+        outcome.run(i, *_stack_text_input(i, seed, tmp_path))
     outcome.check(len(runs))
+
+
+def _stack_text_input(i: int, seed: int, tmp_path: Path) -> tuple[str, Callable[[], None]]:
+    """The ``i``-th mutated stack text of ``seed``: its description and the call that validates and plans it."""
+    rng = rng_for("stack-text", i, seed)
+    name, text = pick(SOURCES, rng)
+    mutated = mutate_text(text, rng)
+    return f"{name}: {excerpt(mutated)}", lambda: _validate_and_plan(mutated, name, tmp_path, i % 2)
+
+
+REPLAY = {"stack-text": _stack_text_input}
+
+
+@pytest.mark.parametrize(("seed", "kind", "index"), REGRESSION_CASES)
+def test_the_inputs_fresh_seeds_found_defects_in_still_pass(seed: int, kind: str, index: int, tmp_path: Path):
+    """seed 101 stack-text[794]: a tuning profile named by a YAML null key made "did you mean" compare None with
+    text (a TypeError out of validate)."""
+    outcome = Outcome(kind, seed, "the_inputs_fresh_seeds_found_defects_in_still_pass")
+    outcome.run(index, *REPLAY[kind](index, seed, tmp_path))
+    outcome.check(1)
 
 
 # -- the CLI: mig check / profiles / pack ------------------------------------------------------------------------------
@@ -419,12 +447,13 @@ def _mig_argv(rng: random.Random) -> list[str]:
     return ["mig", "check", gpu, *args, *options]
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("part", range(CHUNKS))
-def test_mig_command_lines_never_escape(part: int):
-    outcome = Outcome("mig-args")
+def test_mig_command_lines_never_escape(part: int, seed: int):
+    outcome = Outcome("mig-args", seed, "mig_command_lines_never_escape")
     runs = chunk(MIG_ARG_INPUTS, part)
     for i in runs:
-        argv = _mig_argv(rng_for("mig-args", i))
+        argv = _mig_argv(rng_for("mig-args", i, seed))
         outcome.run(i, excerpt(" ".join(argv)), lambda a=argv: cli(a))
     outcome.check(len(runs))
 
@@ -459,12 +488,13 @@ def _demand(rng: random.Random) -> Any:
     return {"demand": entries} if rng.random() < 0.95 else rng.choice([entries, "demand", None, {"demand": {}}])
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("part", range(CHUNKS))
-def test_mig_demands_never_escape_pack(part: int, tmp_path: Path):
-    outcome = Outcome("demand")
+def test_mig_demands_never_escape_pack(part: int, seed: int, tmp_path: Path):
+    outcome = Outcome("demand", seed, "mig_demands_never_escape_pack")
     runs = chunk(DEMAND_INPUTS, part)
     for i in runs:
-        rng = rng_for("demand", i)
+        rng = rng_for("demand", i, seed)
         doc = _demand(rng)
         path = tmp_path / f"demand-{i}.yaml"
         path.write_text(json.dumps(doc) if rng.random() < 0.8 else mutate_text(json.dumps(doc, indent=2), rng))
@@ -509,40 +539,60 @@ def promotion_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _git(root, "add", "-A")
     _git(root, "commit", "-q", "-m", "promoted")
     ledger = (root / "promotion-ledger.jsonl").read_text()
-    assert ledger.count("\n") == 6 and '"forced"' in ledger, ledger
+    assert ledger.count("\n") == 7 and '"forced"' in ledger, ledger  # 4 records, a promotion: intent, outcome
     return root
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("part", range(CHUNKS))
-def test_mutated_ledgers_and_policies_never_escape_promote(part: int, promotion_repo: Path):
+def test_mutated_ledgers_and_policies_never_escape_promote(part: int, seed: int, promotion_repo: Path):
     root = promotion_repo
     ledger = (root / "promotion-ledger.jsonl").read_text()
     policy = (REPO / "promotion.yaml").read_text()
     policy_doc = plain(parse_yaml(policy))
     entries = [json.loads(line) for line in ledger.splitlines()]
-    outcome = Outcome("promote")
+    outcome = Outcome("promote", seed, "mutated_ledgers_and_policies_never_escape_promote")
     runs = chunk(PROMOTE_INPUTS, part)
-    for i in runs:
-        rng = rng_for("promote", i)
-        roll = rng.random()
-        if roll < 0.45:
-            mutated = [mutate_data(e, rng) if rng.random() < 0.5 else e for e in entries]
-            text = "\n".join(json.dumps(e) for e in mutated) + "\n"
-        elif roll < 0.8:
-            text = mutate_text(ledger, rng)
-        else:
-            text = ledger
-        policy_text = policy
-        if roll >= 0.8 or rng.random() < 0.1:
-            policy_text = json.dumps(mutate_data(policy_doc, rng)) if rng.random() < 0.5 else mutate_text(policy, rng)
-        (root / "promotion-ledger.jsonl").write_text(text)
-        (root / "promotion.yaml").write_text(policy_text)
-        argv = ["promote", "status", "--root", str(root), *(["--json"] if i % 2 else [])]
-        if i % 4 == 3:
-            argv = ["promote", "to", rng.choice(["staging-westeurope", "prod-eastus", "prod-westeurope"]), "--dry-run"]
-            argv += ["--root", str(root)]
-        outcome.run(i, f"{' '.join(argv[:3])}: {excerpt(text)} / {excerpt(policy_text)}", lambda a=argv: cli(a))
+    try:
+        for i in runs:
+            rng = rng_for("promote", i, seed)
+            roll = rng.random()
+            if roll < 0.45:
+                mutated = [mutate_data(e, rng) if rng.random() < 0.5 else e for e in entries]
+                text = "\n".join(json.dumps(e) for e in mutated) + "\n"
+            elif roll < 0.8:
+                text = mutate_text(ledger, rng)
+            else:
+                text = ledger
+            policy_text = policy
+            if roll >= 0.8 or rng.random() < 0.1:
+                policy_text = (
+                    json.dumps(mutate_data(policy_doc, rng)) if rng.random() < 0.5 else mutate_text(policy, rng)
+                )
+            (root / "promotion-ledger.jsonl").write_text(text)
+            (root / "promotion.yaml").write_text(policy_text)
+            argv = ["promote", "status", "--root", str(root), *(["--json"] if i % 2 else [])]
+            if i % 4 == 3:
+                argv = [
+                    "promote",
+                    "to",
+                    rng.choice(["staging-westeurope", "prod-eastus", "prod-westeurope"]),
+                    "--dry-run",
+                ]
+                argv += ["--root", str(root)]
+            outcome.run(i, f"{' '.join(argv[:3])}: {excerpt(text)} / {excerpt(policy_text)}", lambda a=argv: cli(a))
+    finally:  # the next part (and the next test in this worker) starts from the recorded repository
+        (root / "promotion-ledger.jsonl").write_text(ledger)
+        (root / "promotion.yaml").write_text(policy)
     outcome.check(len(runs))
+
+
+def test_the_ledger_fuzz_leaves_the_recorded_repository_for_the_next_part(promotion_repo: Path):
+    """Seeds 303 and 404: a part that ended on a broken ledger left it in the repository the next part reads its
+    oracle from (json.loads of the recorded lines raised). Seed 404's first part ends on one."""
+    recorded = (promotion_repo / "promotion-ledger.jsonl").read_text()
+    test_mutated_ledgers_and_policies_never_escape_promote(0, 404, promotion_repo)
+    assert (promotion_repo / "promotion-ledger.jsonl").read_text() == recorded
 
 
 # -- topology: mutated recorded sysfs/procfs trees ------------------------------------------------------------------
@@ -620,16 +670,17 @@ def _restore(saved: list[tuple[Path, bytes | None]]) -> None:
             path.write_bytes(data)
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("part", range(CHUNKS))
-def test_mutated_host_trees_never_escape_topology_plan(part: int, tmp_path: Path):
+def test_mutated_host_trees_never_escape_topology_plan(part: int, seed: int, tmp_path: Path):
     trees = {}
     for host in TOPOLOGY_HOSTS:
         shutil.copytree(FIXTURES / "hosts" / host, tmp_path / host, symlinks=True)
         trees[host] = sorted(p for p in (tmp_path / host).rglob("*") if p.is_file() and not p.is_symlink())
-    outcome = Outcome("topology")
+    outcome = Outcome("topology", seed, "mutated_host_trees_never_escape_topology_plan")
     runs = chunk(TOPOLOGY_INPUTS, part)
     for i in runs:
-        rng = rng_for("topology", i)
+        rng = rng_for("topology", i, seed)
         host = rng.choice(TOPOLOGY_HOSTS)
         saved = _mutate_tree(tmp_path / host, trees[host], rng)
         argv = ["topology", "plan", "--host-root", str(tmp_path / host), "--root", str(REPO)]
