@@ -15,9 +15,11 @@ process SIGKILL at step number ``$GPUFLEET_TEST_KILL_AT``. Both variables are fo
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 KILL_AT = "GPUFLEET_TEST_KILL_AT"
@@ -92,10 +94,13 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None, foll
     fsync_dir(path.parent)
 
 
-def replace_dir(staging: Path, out: Path) -> None:
+def replace_dir(staging: Path, out: Path, earlier: Callable[[Path], Iterable[str]] | None = None) -> None:
     """Move the files of directory ``staging`` into ``out`` crash-safely: each file made durable, then ``staging``
     renamed to ``out`` when ``out`` does not exist (one atomic step), else each file renamed over its namesake in
-    ``out`` (files of ``out`` that ``staging`` lacks are kept); the directories' entries made durable."""
+    ``out`` (files of ``out`` that ``staging`` lacks are kept, but those ``earlier(out)`` names: what an earlier
+    move of the same kind put there); the directories' entries made durable. Two moves into the same ``out`` at once
+    take turns (an exclusive lock on ``out``'s parent directory), so ``out`` ends with one move's files, never a mix
+    of both."""
     for f in sorted(p for p in staging.iterdir() if p.is_file()):
         fd = os.open(f, os.O_RDONLY)
         try:
@@ -104,12 +109,23 @@ def replace_dir(staging: Path, out: Path) -> None:
         finally:
             os.close(fd)
     fsync_dir(staging)
-    if not out.exists():
-        step(f"rename {staging} {out}")
-        staging.rename(out)
-        fsync_dir(out.parent)
-        return
-    for f in sorted(p for p in staging.iterdir() if p.is_file()):
-        step(f"rename {out / f.name}")
-        os.replace(f, out / f.name)
-    fsync_dir(out)
+    lock = os.open(out.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.exists():
+            step(f"rename {staging} {out}")
+            staging.rename(out)
+            fsync_dir(out.parent)
+            return
+        new = sorted(p for p in staging.iterdir() if p.is_file())
+        for name in sorted(set(earlier(out) if earlier is not None else ()) - {f.name for f in new}):
+            if "/" not in name and name not in ("", ".", ".."):
+                step(f"unlink {out / name}")
+                with contextlib.suppress(FileNotFoundError):
+                    (out / name).unlink()
+        for f in new:
+            step(f"rename {out / f.name}")
+            os.replace(f, out / f.name)
+        fsync_dir(out)
+    finally:
+        os.close(lock)  # closing releases the lock

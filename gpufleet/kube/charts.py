@@ -1004,10 +1004,23 @@ def render(
     return Render(plan.stack, rendered, targets, labels, placed, generated)
 
 
+def _rendered_files(out: Path) -> list[str]:
+    """The files an earlier render wrote into ``out``, as its ``summary.json`` names them (none when there is none)."""
+    try:
+        data = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return []
+    parts = [data.get(key) for key in ("charts", "generated")] if isinstance(data, dict) else []
+    listed = [item for part in parts if isinstance(part, list) for item in part]
+    names = [item.get("file") for item in listed if isinstance(item, dict)]
+    return [n for n in names if isinstance(n, str)] + ["nodes.yaml"]
+
+
 def write(result: Render, out: Path) -> list[Path]:
     """Write one YAML per chart, gpufleet's generated files (DRA), ``nodes.yaml`` and ``summary.json`` into ``out``
     (created; its parent must exist), all at once: the files are written beside it first, so a failure leaves no
-    partial directory."""
+    partial directory, and moved in crash-safely; an earlier render's files this one does not write are removed
+    (other files are kept), and two renders into ``out`` at once take turns (docs/render.md)."""
     from gpufleet.mig.outputs import dump_yaml
 
     parent = out.resolve().parent
@@ -1026,7 +1039,7 @@ def write(result: Render, out: Path) -> list[Path]:
     try:
         for name, text in files.items():
             (staging / name).write_text(text)
-        replace_dir(staging, out)
+        replace_dir(staging, out, earlier=_rendered_files)
     except OSError as exc:
         raise ChartError(f"cannot write to {out}: {exc.strerror}") from None
     finally:

@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,34 @@ def test_each_step_is_logged_and_the_kill_hook_stops_the_process_at_the_step_nam
     path.write_text("old")
     assert run({KILL_AT: "3"}) == -9 and path.read_text() == "old"  # killed before the rename
     assert run({KILL_AT: "4"}) == -9 and path.read_text() == "new"  # after it
+
+
+def test_two_moves_into_one_directory_at_once_leave_one_moves_files(tmp_path: Path):
+    """Each of two processes moves 400 files marked with its name into an existing ``out`` (file by file) at the same
+    moment, five times over; ``out`` always ends with one process's files, and the files an earlier move named are
+    gone. (Without the lock the two interleave: tried.)"""
+    code = (
+        "import sys, time; from pathlib import Path; from gpufleet.common.atomic import replace_dir\n"
+        "who, out, start = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])\n"
+        "staging = out.parent / f'staging-{who}-{out.name}'; staging.mkdir()\n"
+        "for i in range(400): (staging / f'{i:03}.yaml').write_text(who)\n"
+        "(staging / f'only-{who}.yaml').write_text(who)\n"
+        "time.sleep(max(0.0, start - time.time()))\n"
+        "replace_dir(staging, out, earlier=lambda d: [p.name for p in d.iterdir() if p.name.startswith('only-')])\n"
+    )
+    for round_ in range(5):
+        out = tmp_path / f"out{round_}"
+        out.mkdir()
+        start = time.time() + 1.0
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, who, str(out), str(start)],
+                env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+                stdin=subprocess.DEVNULL,
+            )
+            for who in ("a", "b")
+        ]
+        assert [p.wait(timeout=60) for p in procs] == [0, 0]
+        marks = {f.read_text() for f in out.iterdir()}
+        assert len(marks) == 1, f"round {round_}: a mix of {marks}"
+        assert sorted(f.name for f in out.iterdir() if f.name.startswith("only-")) == [f"only-{marks.pop()}.yaml"]

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -451,6 +452,37 @@ def test_render_writes_the_manifests_nodes_and_where_each_daemonset_runs(tmp_pat
     assert {n["target"]: n["taints"] for n in nodes}["h100mig"] == ["sku=gpu:NoSchedule"]
     manifest = (out / "gpu-operator.yaml").read_text()
     assert len(charts.parse_objects(manifest)) == sum(summary["charts"][0]["objects"].values())
+
+
+def test_a_render_into_a_folder_replaces_the_earlier_render_and_two_at_once_leave_one(tmp_path):
+    """A render into a folder holding another stack's render leaves exactly its own files there (the earlier one's
+    that it does not write are removed; a file of the user's is kept); two renders of different stacks into one
+    folder at once both finish and leave one render's files, never a mix (docs/render.md)."""
+    out = tmp_path / "out"
+    assert gpufleet("prod-westeurope", "-o", str(out)).returncode == 0
+    (out / "README.md").write_text("the team's notes\n")
+    assert gpufleet(str(DRA), "-o", str(out)).returncode == 0
+    summary = json.loads((out / "summary.json").read_text())
+    own = {c["file"] for c in summary["charts"]} | {g["file"] for g in summary["generated"]}
+    assert {p.name for p in out.iterdir()} == own | {"nodes.yaml", "summary.json", "README.md"}
+    env = {**os.environ, charts.CHARTS_DIR_ENV: str(CHARTS_DIR)}
+    both = tmp_path / "both"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "gpufleet", "render", stack, "-o", str(both), "--root", str(REPO)],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for stack in ("prod-westeurope", str(DRA))
+    ]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0], [p.stderr.read() for p in procs if p.stderr]
+    summary = json.loads((both / "summary.json").read_text())
+    own = {c["file"] for c in summary["charts"]} | {g["file"] for g in summary["generated"]}
+    assert {p.name for p in both.iterdir()} == own | {"nodes.yaml", "summary.json"}
+    assert YAML(typ="safe").load((both / "nodes.yaml").read_text())["nodes"] == summary["nodes"]
 
 
 def test_render_json_is_the_documented_shape():
