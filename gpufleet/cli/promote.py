@@ -599,8 +599,10 @@ def promote_repair(
             }
         )
     else:
-        if fixed is None:
-            out.print(f"nothing to repair: the last line of {LEDGER_FILE} is whole")
+        if fixed is None and not left and done is None:
+            out.print(f"nothing to repair: the last line of {LEDGER_FILE} is whole, and every stack file agrees with it")
+        elif fixed is None:
+            out.print(f"the last line of {LEDGER_FILE} is whole")
         else:
             what = "completed (its newline added)" if fixed.action == "completed" else "removed (it was never recorded)"
             out.print(f"{LEDGER_FILE}:{fixed.line}: the incomplete last line was {what}: {fixed.text}", markup=False)

@@ -47,7 +47,7 @@ SEEDS = [
     int(s) for s in os.environ.get("GPUFLEET_FUZZ_SEEDS", os.environ.get("GPUFLEET_FUZZ_SEED", "20261125")).split(",")
 ]
 # Inputs fresh seeds found defects in, replayed by every make test (seed, kind, index; docs/reliability.md).
-REGRESSION_CASES = [(101, "stack-text", 794)]
+REGRESSION_CASES = [(101, "stack-text", 794), (686237695, "stack-data", 1092)]
 # CPU seconds an input may take (time.process_time): what a pathological input costs, and the same on a loaded machine.
 # Wall time was not: the CI machine, running the lab's VMs beside the fast tests, made ordinary inputs take 2.0-3.6 s
 # of wall time (2026-11-27) while none took near that in CPU.
@@ -372,7 +372,8 @@ def _validate_and_plan(text: str, name: str, workdir: Path, as_json: bool) -> No
         assert 1 <= d.line <= lines, f"diagnostic outside the file: {d}"
         assert d.message, f"diagnostic without a message: {d!r}"
     if loaded.stack is not None:
-        again = load_stack_text(dump_stack(loaded.stack), "again.yaml", catalog=catalog, today=TODAY)
+        secrets = dict.fromkeys(loaded.secret_keys, "AAABAA==")  # the {secret: KEY} references need their keys
+        again = load_stack_text(dump_stack(loaded.stack, secrets), "again.yaml", catalog=catalog, today=TODAY)
         assert again.stack == loaded.stack, f"does not round-trip: {again.diagnostics}"
         plan_stack(loaded.stack, catalog)
         path = workdir / name
@@ -386,15 +387,18 @@ def test_mutated_stack_data_never_escapes_validate_or_plan(part: int, seed: int,
     outcome = Outcome("stack-data", seed, "mutated_stack_data_never_escapes_validate_or_plan")
     runs = chunk(STACK_DATA_INPUTS, part)
     for i in runs:
-        rng = rng_for("stack-data", i, seed)
-        name, doc = pick(DOCS, rng)
-        mutated = mutate_data(doc, rng)
-        text = json.dumps(mutated)  # JSON is YAML: fast to write, and exercises flow syntax
-        # named stack.yaml: a name that is not Pulumi.<stage>-<region>.yaml is not checked against stage and region
-        outcome.run(
-            i, f"{name}: {excerpt(mutated)}", lambda t=text, j=i % 2: _validate_and_plan(t, "stack.yaml", tmp_path, j)
-        )
+        outcome.run(i, *_stack_data_input(i, seed, tmp_path))
     outcome.check(len(runs))
+
+
+def _stack_data_input(i: int, seed: int, tmp_path: Path) -> tuple[str, Callable[[], None]]:
+    """The ``i``-th mutated stack document of ``seed``: its description and the call that validates and plans it."""
+    rng = rng_for("stack-data", i, seed)
+    name, doc = pick(DOCS, rng)
+    mutated = mutate_data(doc, rng)
+    text = json.dumps(mutated)  # JSON is YAML: fast to write, and exercises flow syntax
+    # named stack.yaml: a name that is not Pulumi.<stage>-<region>.yaml is not checked against stage and region
+    return f"{name}: {excerpt(mutated)}", lambda: _validate_and_plan(text, "stack.yaml", tmp_path, i % 2)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -415,13 +419,14 @@ def _stack_text_input(i: int, seed: int, tmp_path: Path) -> tuple[str, Callable[
     return f"{name}: {excerpt(mutated)}", lambda: _validate_and_plan(mutated, name, tmp_path, i % 2)
 
 
-REPLAY = {"stack-text": _stack_text_input}
+REPLAY = {"stack-text": _stack_text_input, "stack-data": _stack_data_input}
 
 
 @pytest.mark.parametrize(("seed", "kind", "index"), REGRESSION_CASES)
 def test_the_inputs_fresh_seeds_found_defects_in_still_pass(seed: int, kind: str, index: int, tmp_path: Path):
     """seed 101 stack-text[794]: a tuning profile named by a YAML null key made "did you mean" compare None with
-    text (a TypeError out of validate)."""
+    text (a TypeError out of validate). seed 686237695 stack-data[1092]: a valid bare-metal stack whose host's BMC
+    password is a secret: the round-trip oracle wrote it out without its secret's config key (the test's defect)."""
     outcome = Outcome(kind, seed, "the_inputs_fresh_seeds_found_defects_in_still_pass")
     outcome.run(index, *REPLAY[kind](index, seed, tmp_path))
     outcome.check(1)
