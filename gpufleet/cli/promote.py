@@ -600,7 +600,7 @@ def promote_repair(
         )
     else:
         if fixed is None and not left and done is None:
-            out.print(f"nothing to repair: the last line of {LEDGER_FILE} is whole, and every stack file agrees with it")
+            out.print(f"nothing to repair: the last line of {LEDGER_FILE} is whole, every stack file agrees with it")
         elif fixed is None:
             out.print(f"the last line of {LEDGER_FILE} is whole")
         else:
