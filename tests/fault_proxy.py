@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -150,4 +149,3 @@ def fault_proxy(upstream: str, hang_s: float = 120.0) -> Iterator[FaultProxy]:
         proxy._stop.set()
         server.close()
         thread.join(timeout=5)
-        time.sleep(0)  # let hung handlers see the stop

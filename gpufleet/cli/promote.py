@@ -577,6 +577,7 @@ def promote_repair(
 
     Exit 0 when nothing disagrees (any longer), 1 when a stack still does or the repair cannot be done.
     """
+    from gpufleet.fleet.promote import POLICY_FILE
     from gpufleet.fleet.promote_ledger import LEDGER_FILE, Ledger
 
     if complete and roll_back:
@@ -584,10 +585,12 @@ def promote_repair(
     if reason and not complete:
         raise usage_error("--reason goes with --complete")
     project = project_root(root)
+    stack = complete or roll_back
+    policy = _policy(project) if stack or (project / POLICY_FILE).is_file() else None  # read once, for both
     with _refusing():
         fixed = Ledger(project / LEDGER_FILE).repair()
-        done = _repair_stack(project, complete or roll_back, "complete" if complete else "roll-back", reason)
-        left = _ledger_problems(project)
+        done = _repair_stack(project, policy, stack, "complete" if complete else "roll-back", reason)
+        left = _ledger_problems(project, policy)
     if as_json:
         emit_json(
             {
@@ -614,26 +617,26 @@ def promote_repair(
         raise typer.Exit(EXIT_INVALID)
 
 
-def _ledger_problems(project: Path) -> list[Mismatch]:
+def _ledger_problems(project: Path, policy: Policy | None) -> list[Mismatch]:
     """The stack files of the policy that disagree with the ledger (none without a policy)."""
-    from gpufleet.fleet.promote import POLICY_FILE, StackFiles, mismatches
+    from gpufleet.fleet.promote import StackFiles, mismatches
     from gpufleet.fleet.promote_ledger import LEDGER_FILE, Ledger
 
-    if not (project / POLICY_FILE).is_file():
+    if policy is None:
         return []
-    policy = _policy(project)
     entries = Ledger(project / LEDGER_FILE).entries()
     return list(mismatches(StackFiles.read(project, policy.stacks()), policy, entries).values())
 
 
-def _repair_stack(project: Path, stack: str | None, action: Any, reason: str | None) -> str | None:
+def _repair_stack(
+    project: Path, policy: Policy | None, stack: str | None, action: Any, reason: str | None
+) -> str | None:
     """Complete or roll back ``stack``'s disagreement with the ledger, under the ledger's lock; what was done."""
     from gpufleet.fleet.promote import RepairError, StackFiles, git_commit, mismatches, plan_repair, write_target
     from gpufleet.fleet.promote_ledger import LEDGER_FILE, Ledger, new_entry, now_utc
 
-    if stack is None:
+    if stack is None or policy is None:  # a policy is read whenever a stack is named
         return None
-    policy = _policy(project)
     if policy.position(_stack_name(stack, "--complete/--roll-back")) is None:
         raise usage_error(f"{stack} is not in {project / 'promotion.yaml'}; its stacks: {', '.join(policy.stacks())}")
     with Ledger(project / LEDGER_FILE).locked() as txn:
@@ -648,8 +651,11 @@ def _repair_stack(project: Path, stack: str | None, action: Any, reason: str | N
             raise typer.Exit(EXIT_INVALID) from None
         if repair.text is not None:
             write_target(files.path(stack), repair.text)
-        fields = dict(repair.entry)
-        release, result = fields.pop("release"), fields.pop("result")
-        txn.append(new_entry("promote", stack, release, result, now_utc(), git_commit(project), **fields))
+        commit = git_commit(project)
+        txn.append(
+            new_entry(
+                "promote", stack, repair.release, repair.result, now_utc(), commit, note=repair.note, **repair.fields
+            )
+        )
     wrote = f"{files.path(stack).name} written, " if repair.text is not None else ""
-    return f"{stack}: {wrote}{LEDGER_FILE} records it ({repair.entry['note']})"
+    return f"{stack}: {wrote}{LEDGER_FILE} records it ({repair.note})"

@@ -52,10 +52,10 @@ def fsync_dir(path: Path) -> None:
 
 def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None, follow_symlinks: bool = True) -> None:
     """Replace (or create) ``path`` with ``data`` crash-safely. The file gets ``mode`` (e.g. 0o600 for a secret: the
-    temporary file is created owner-only and keeps that mode), else the mode of the file it replaces, else 0o644
-    less the umask. Text is written as UTF-8. A symlink at ``path`` has its target replaced (``follow_symlinks``,
-    the default) or is itself replaced by the file. Something at ``path`` that is no regular file (``/dev/stdout``,
-    a FIFO) is written to as it is: there is nothing to rename over."""
+    temporary file is created owner-only and keeps that mode), else the mode of the file it replaces, else 0o666
+    less the umask (what open() gives a new file). Text is written as UTF-8. A symlink at ``path`` has its target
+    replaced (``follow_symlinks``, the default) or is itself replaced by the file. Something at ``path`` that is no
+    regular file (``/dev/stdout``, a FIFO) is written to as it is: there is nothing to rename over."""
     path = Path(os.path.realpath(path)) if follow_symlinks else Path(path)
     body = data.encode("utf-8") if isinstance(data, str) else data
     if path.exists() and not path.is_file():
@@ -68,7 +68,7 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int | None = None, foll
         except FileNotFoundError:
             umask = os.umask(0)
             os.umask(umask)
-            mode = 0o644 & ~umask
+            mode = 0o666 & ~umask  # what open() gives a new file
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".gpufleet-tmp", dir=path.parent)
     try:
         os.fchmod(fd, mode)

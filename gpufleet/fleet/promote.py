@@ -699,10 +699,13 @@ class RepairError(ValueError):
 @dataclass(frozen=True)
 class RepairStep:
     """What ``promote repair --complete/--roll-back`` does to one stack: the file's new text (None: it stays) and
-    the ledger entry's fields that record it."""
+    the ledger entry that records it (its release, result and note, and the other fields it keeps)."""
 
     text: str | None
-    entry: dict[str, Any]
+    release: str
+    result: Literal["ok", "failed"]
+    note: str
+    fields: dict[str, Any]
 
 
 def plan_repair(
@@ -717,15 +720,12 @@ def plan_repair(
         have = e.release if action == "complete" else problem.previous
         text = None if problem.holds == have else replace_release_block(current, str(want))
         done = action == "complete"
-        fields = {"result": "ok" if done else "failed", "note": COMPLETED if done else ROLLED_BACK, **keep}
-        release = e.release
+        release, result, note, fields = e.release, "ok" if done else "failed", COMPLETED if done else ROLLED_BACK, keep
     elif action == "complete":
         if not (reason and reason.strip()):
             raise RepairError("--complete of a release changed by hand needs --reason TEXT: the ledger records why")
-        text, release = None, str(problem.holds)
+        text, release, result, note = None, str(problem.holds), "ok", RECORDED_HAND_EDIT
         fields = {
-            "result": "ok",
-            "note": RECORDED_HAND_EDIT,
             "previous_release": problem.expected,
             "forced": [LEDGER_GATE],
             "reason": reason,
@@ -738,14 +738,14 @@ def plan_repair(
                 f"the ledger has no copy of release {problem.expected}'s block ({LEDGER_FILE}:{e.line} was written by"
                 f" an older gpufleet): restore it from git (git log -p -- {problem.file}), commit, and run repair again"
             )
-        text, release = replace_release_block(current, str(block)), str(problem.holds)
-        fields = {"result": "failed", "note": ROLLED_BACK_HAND_EDIT, "previous_release": problem.expected}
+        text, release, result = replace_release_block(current, str(block)), str(problem.holds), "failed"
+        note, fields = ROLLED_BACK_HAND_EDIT, {"previous_release": problem.expected}
     if text is not None:
-        result = load_stack_text(text, str(files.path(problem.stack)))
-        if not result.ok:
-            lines = "\n  ".join(str(d) for d in result.diagnostics)
+        checked = load_stack_text(text, str(files.path(problem.stack)))
+        if not checked.ok:
+            lines = "\n  ".join(str(d) for d in checked.diagnostics)
             raise RepairError(f"{problem.file} would be invalid; fix it by hand first:\n  {lines}")
-    return RepairStep(text, {"release": release, **fields})
+    return RepairStep(text, release, result, note, fields)
 
 
 # -- status ----------------------------------------------------------------------------------------------------

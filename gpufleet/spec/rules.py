@@ -907,12 +907,11 @@ def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
 
 def check_waivers(names: Iterable[object]) -> Iterator[Finding]:
     """Each waiver names a rule of the AKS baseline (:data:`gpufleet.azure.baseline.RULE_NAMES`)."""
-    known = RULE_NAMES
     for name in names:
-        if not isinstance(name, str) or name not in known:
+        if not isinstance(name, str) or name not in RULE_NAMES:
             yield Finding(
                 (*WAIVERS, str(name)),
-                f"unknown baseline rule {name!r}; {did_you_mean(str(name), known, limit=len(known))}",
+                f"unknown baseline rule {name!r}; {did_you_mean(str(name), RULE_NAMES, limit=len(RULE_NAMES))}",
             )
 
 

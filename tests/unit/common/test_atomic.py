@@ -132,3 +132,13 @@ def test_two_moves_into_one_directory_at_once_leave_one_moves_files(tmp_path: Pa
         marks = {f.read_text() for f in out.iterdir()}
         assert len(marks) == 1, f"round {round_}: a mix of {marks}"
         assert sorted(f.name for f in out.iterdir() if f.name.startswith("only-")) == [f"only-{marks.pop()}.yaml"]
+
+
+def test_a_new_file_without_a_mode_gets_what_open_would_give_it(tmp_path: Path):
+    old = os.umask(0o002)
+    try:
+        write_atomic(tmp_path / "hosts.yml", "x")
+        (tmp_path / "plain").write_text("x")
+    finally:
+        os.umask(old)
+    assert mode(tmp_path / "hosts.yml") == mode(tmp_path / "plain") == 0o664
