@@ -185,6 +185,8 @@ def lab_converge(
     else:
         for host, counts in sorted(result.recap.items()):
             out.print(f"{host}: " + " ".join(f"{k}={v}" for k, v in counts.items()), markup=False)
+        if result.stopped:
+            out.print(result.stopped, markup=False, highlight=False)
         out.print(f"site.yml {'(check mode) ' if check else ''}finished in {result.seconds:.0f} s, rc={result.rc}")
     if result.rc:
         raise _playbook_exit(result.rc)
@@ -224,6 +226,8 @@ def lab_run(
     out.print("lab phases:", markup=False)
     out.print(result.table(), markup=False, highlight=False)
     if result.converge_rc:
+        if result.stopped:
+            out.print(result.stopped, markup=False, highlight=False)
         out.print(f"site.yml failed (rc={result.converge_rc}); its log is in ~/.cache/gpufleet/lab/logs/")
         raise _playbook_exit(result.converge_rc)
     if not result.ok:

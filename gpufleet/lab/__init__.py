@@ -27,7 +27,7 @@ from gpufleet.common.atomic import write_atomic
 from gpufleet.lab import container, redfish, resetd, snapshot, ssh, virt
 from gpufleet.lab import image as image_mod
 from gpufleet.lab.accel import Accel, detect
-from gpufleet.lab.config import SSH_PORT_BASE, host_uuid, lab_dir, lab_lock
+from gpufleet.lab.config import SSH_PORT_BASE, host_uuid, lab_dir, lab_lock, prefix_lock
 
 Progress = Callable[[str], None]
 BOOT_TIMEOUT = 420  # seconds from power-on to SSH (software emulation boots in ~35 s; a busy 2-core machine is slower)
@@ -120,7 +120,15 @@ class Lab:
 
     # -- up ------------------------------------------------------------------------------------------------
     def up(self, inventory: Path | None = None, fresh: bool = False) -> UpResult:
+        """Bring this lab's hosts up (kept when running). Two ``up``s of one lab take turns, the whole of each
+        (:func:`prefix_lock`): the second finds the hosts the first brought up, restored and renamed."""
         started = time.monotonic()
+        with prefix_lock(self.prefix, self.progress):
+            result = self._up(inventory, fresh)
+        result.total_seconds = time.monotonic() - started
+        return result
+
+    def _up(self, inventory: Path | None, fresh: bool) -> UpResult:
         state = self._state()
         if state and state.get("kind", "vm") != self.kind:
             raise LabError(
@@ -138,7 +146,6 @@ class Lab:
         if inventory is not None:
             write_inventory(inventory, result.hosts, result)
             self.progress(f"inventory written: {inventory}")
-        result.total_seconds = time.monotonic() - started
         return result
 
     def _start(self, fresh: bool) -> tuple[UpResult, dict[str, float]]:
@@ -323,7 +330,7 @@ class Lab:
         self.progress(f"{host.name}: its console log is kept in {kept}")
 
     def down(self) -> None:
-        with lab_lock(self.progress):
+        with prefix_lock(self.prefix, self.progress), lab_lock(self.progress):
             self._down()
 
     def _down(self) -> None:

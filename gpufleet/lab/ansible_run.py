@@ -40,6 +40,21 @@ class PlaybookResult:
     output: str
     tasks: list[TaskRun] = field(default_factory=list)  # in the order they ran, handlers included
 
+    @property
+    def stopped(self) -> str:
+        """The block the gpufleet_summary callback ends the output with when a host did not finish the play (one
+        line per such host: where it stopped and why); empty when every host finished."""
+        recap = self.output.rpartition("PLAY RECAP")[2]
+        head = recap.find("\ngpufleet: ")
+        if head < 0:
+            return ""
+        block = []
+        for line in recap[head + 1 :].splitlines():
+            if block and not line.startswith(("  ", "Re-run ")):
+                break
+            block.append(line)
+        return "\n".join(block)
+
     def seconds_of(self, word: str, changed_only: bool = False) -> float:
         """Seconds spent in tasks whose name contains ``word`` (case-insensitive), e.g. the reboots.
 

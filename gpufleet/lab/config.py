@@ -38,12 +38,28 @@ def write_private(path: Path, text: str) -> None:
 def lab_lock(progress: Callable[[str], None] | None = None) -> Iterator[None]:
     """Serialize what labs on this machine share (the image build, libvirt's daemons, the Redfish emulator, SSH
     ports, state files) so that several ``gpufleet lab`` commands (e.g. Molecule scenarios) can run at once."""
-    with (lab_dir() / "lab.lock").open("a") as f:
+    with _flock(lab_dir() / "lab.lock", "waiting for another gpufleet lab command on this machine", progress):
+        yield
+
+
+@contextlib.contextmanager
+def prefix_lock(prefix: str, progress: Callable[[str], None] | None = None) -> Iterator[None]:
+    """One lab's own turn (the lab of hosts ``prefix``-N): held for a whole ``lab up`` or ``lab down`` of it, so
+    that two of them on one lab take turns (the second finds the first's hosts running, restored and renamed)
+    while labs of other prefixes go on. Taken before :func:`lab_lock`, never inside it."""
+    message = f"waiting for another gpufleet lab command on lab {prefix!r} to finish"
+    with _flock(lab_dir() / f"lab-{prefix}.lock", message, progress):
+        yield
+
+
+@contextlib.contextmanager
+def _flock(path: Path, waiting: str, progress: Callable[[str], None] | None) -> Iterator[None]:
+    with path.open("a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if progress is not None:
-                progress("waiting for another gpufleet lab command on this machine")
+                progress(waiting)
             fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

@@ -38,6 +38,7 @@ class JobResult:
     converge_rc: int
     reports: list[HostReport] = field(default_factory=list)
     changed: dict[str, int] = field(default_factory=dict)  # the converge's changed tasks per host (its recap)
+    stopped: str = ""  # the converge's lines on the hosts that did not finish it (PlaybookResult.stopped)
 
     @property
     def ok(self) -> bool:
@@ -93,7 +94,7 @@ def run_main_job(
         reports = lab_report(inventory, LAB_STACK, project)
         phases.append(Phase("verify", time.monotonic() - verify_started, "ok" if all(r.ok for r in reports) else ""))
     total = time.monotonic() - started + (setup_seconds or 0.0)
-    return JobResult(phases, total, up.accel.name, converge.rc, reports, changed)
+    return JobResult(phases, total, up.accel.name, converge.rc, reports, changed, converge.stopped)
 
 
 def record(name: str, data: dict, project: Path) -> Path:

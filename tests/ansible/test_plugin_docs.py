@@ -1,6 +1,6 @@
-"""``ansible-doc`` parses every module and the lookup of ansible/plugins (with ansible.cfg's plugin paths), and every
-filter plugin loads: the plugins import gpufleet's modules by their paths in the package's layout, and a module's
-module_utils are symlinks into gpufleet/host/."""
+"""``ansible-doc`` parses every module, the lookup and the callback of ansible/plugins (with ansible.cfg's plugin
+paths), and every filter plugin loads: the plugins import gpufleet's modules by their paths in the package's layout,
+and a module's module_utils are symlinks into gpufleet/host/."""
 
 from __future__ import annotations
 
@@ -39,6 +39,10 @@ def test_ansible_doc_parses_each_module(module: str):
 
 def test_ansible_doc_parses_the_lookup():
     assert ansible_doc("lookup", "gpufleet_plan")["doc"]["short_description"]
+
+
+def test_ansible_doc_parses_the_callback():
+    assert ansible_doc("callback", "gpufleet_summary")["doc"]["short_description"]
 
 
 def test_module_utils_links_reach_the_host_readers():

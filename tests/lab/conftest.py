@@ -24,7 +24,7 @@ import pytest
 
 from gpufleet.lab.budget import LAB_TESTS, RECORD_NAME, StepClock
 from tests.conftest import REPO
-from tests.lab import direct_lab, molecule_runner
+from tests.lab import direct_lab, molecule_runner, twice_lab
 
 T = TypeVar("T")
 
@@ -55,28 +55,31 @@ def repo() -> Path:
 @dataclass(frozen=True)
 class Lanes:
     """What the lab session runs in its lanes beside the other lab tests (see :func:`lanes`), for the tests that
-    wait for it: each selected role's Molecule scenario, and the lab without libvirt when its test is selected."""
+    wait for it: each selected role's Molecule scenario, and the lab without libvirt and the two `lab up`s of one
+    lab at once when their tests are selected."""
 
     scenarios: dict[str, Future[tuple[int, str, float]]]
     direct: Future[direct_lab.DirectRun] | None
+    twice: Future[twice_lab.TwiceRun] | None = None
 
 
 DIRECT_TEST = "test_lab_without_libvirt_uses_qemu_directly_and_says_redfish_is_unavailable"
+TWICE_TEST = "test_two_lab_ups_of_one_lab_at_once_take_turns_and_end_with_one_lab"
 
 
 @pytest.fixture(scope="session", autouse=True)
 def lanes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lanes]:
-    """The selected roles' Molecule scenarios and the lab without libvirt (tests/lab/direct_lab.py), started when
-    the lab session starts and run beside the other lab tests, ``GPUFLEET_MOLECULE_JOBS`` at a time (default 2):
-    one lane for the scenarios in system containers (native speed, light), the other for the VMs, one VM at a time
-    with the default (the lab without libvirt last). Under software emulation the lab is bound by guest CPU: one
-    VM beside TestLab's two hosts keeps both cores busy for the whole run, where two at a time over-subscribed its
-    first half and left its last third to TestLab's hosts alone, often one core idle (2026-11-28: 97% of the CPU
-    used in the first 12.6 min, 55% after). The lanes run at a lower CPU priority (molecule_runner.LANE_NICE, their
-    VMs too): TestLab's chain of steps is the longest, and the lanes take the CPU its hosts leave. With
-    ``GPUFLEET_MOLECULE_JOBS=1`` everything runs in one lane. Each
-    scenario's host is its own lab (prefix ``mol<role>``); test_molecule.py and the lab without libvirt's test
-    wait for the results, and each is timed as its own work."""
+    """The selected roles' Molecule scenarios, the lab without libvirt (tests/lab/direct_lab.py) and two `lab up`s
+    of one lab at once (tests/lab/twice_lab.py), started when the lab session starts and run beside the other lab
+    tests, ``GPUFLEET_MOLECULE_JOBS`` at a time (default 2): one lane for the scenarios in system containers (native
+    speed, light), the other for the VMs, one VM at a time with the default (the two one-host labs last). Under
+    software emulation the lab is bound by guest CPU: one VM beside TestLab's two hosts keeps both cores busy for
+    the whole run, where two at a time over-subscribed its first half and left its last third to TestLab's hosts
+    alone, often one core idle (2026-11-28: 97% of the CPU used in the first 12.6 min, 55% after). The lanes run at
+    a lower CPU priority (molecule_runner.LANE_NICE, their VMs too): TestLab's chain of steps is the longest, and
+    the lanes take the CPU its hosts leave. With ``GPUFLEET_MOLECULE_JOBS=1`` everything runs in one lane. Each
+    scenario's host is its own lab (prefix ``mol<role>``); test_molecule.py and the two one-host labs' tests wait
+    for the results, and each is timed as its own work."""
     from gpufleet.lab import ensure_booted_snapshot
     from gpufleet.lab.config import lab_lock
     from gpufleet.lab.image import ensure_image
@@ -87,8 +90,9 @@ def lanes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         if getattr(item, "originalname", None) == "test_molecule_scenario"
     }
     direct = next((item.nodeid for item in request.session.items if item.name == DIRECT_TEST), None)
+    twice = next((item.nodeid for item in request.session.items if item.name == TWICE_TEST), None)
     selected = list(nodeids)
-    if not selected and direct is None:
+    if not selected and direct is None and twice is None:
         yield Lanes({}, None)
         return
     require_virtualization()
@@ -114,8 +118,9 @@ def lanes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         started = (
             vms.submit(_timed(direct, direct_lab.run), tmp_path_factory.mktemp("direct-lab"), env) if direct else None
         )
-        yield Lanes(futures, started)
-        for future in [*futures.values(), *([started] if started else [])]:  # never leave a lab running after
+        both = vms.submit(_timed(twice, twice_lab.run), tmp_path_factory.mktemp("twice-lab"), env) if twice else None
+        yield Lanes(futures, started, both)
+        for future in [*futures.values(), *(f for f in (started, both) if f)]:  # never leave a lab running after
             future.cancel()
 
 

@@ -1,7 +1,8 @@
 """ansible/site.yml on two real lab VMs, step by step, as the lab issue's acceptance lists it.
 
 The steps share two hosts and run in order (each needs the state the one before left): check mode on fresh hosts
-changes nothing; the first converge reboots into the new kernel arguments; state equals plan; a second converge
+changes nothing; the first converge reboots into the new kernel arguments; state equals plan; a converge whose SSH
+connection to one host drops, and one with a host rebooting mid-play, stop that host alone; a second converge
 after a Redfish power cycle of one host changes nothing; a host powered off mid-run does not stop the other.
 """
 
@@ -131,6 +132,45 @@ def plant_xid(host, code: int) -> None:
 
 def boot_id(host) -> str:
     return remote(host, "cat /proc/sys/kernel/random/boot_id").strip()
+
+
+NODE0_PAGES = "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages"
+# Every SSH session on the host ends at once (its sshd's session processes killed; the listener stays): the running
+# play's connection drops as when sshd restarts or a connection is reset. This command's own session goes too.
+DROP_SSH = "pkill -KILL -P $(cat /run/sshd.pid)"
+
+
+def converge_with_fault(lab_hosts: dict, at: str, host, command: str) -> PlaybookResult:
+    """site.yml on both hosts, ``command`` run on ``host`` the moment the play's output reaches a line starting with
+    ``at``: through an SSH session opened before the play, waiting for a line on its stdin, so the fault lands
+    within milliseconds instead of after a new connection's handshake (seconds under emulation)."""
+    armed = subprocess.Popen(
+        ssh.command(image.ssh_key(), host.ssh_port, f"echo armed; read go; {command}"),
+        stdin=subprocess.PIPE,  # the line that fires it
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert armed.stdout is not None and armed.stdin is not None
+    try:
+        assert armed.stdout.readline() == "armed\n", f"no SSH session to {host.name}"
+        reached = threading.Event()
+        holder: dict[str, PlaybookResult] = {}
+
+        def progress(line: str) -> None:
+            if line.startswith(at) and not reached.is_set():
+                reached.set()
+                armed.stdin.write("go\n")
+                armed.stdin.flush()
+
+        thread = threading.Thread(target=lambda: holder.setdefault("r", converge(lab_hosts, progress=progress)))
+        thread.start()
+        thread.join(1800)
+        assert reached.is_set(), f"the play never reached {at!r}"
+    finally:
+        armed.kill()  # its session ends with the fault, or here when the play never reached it
+        armed.wait()
+    return holder["r"]
 
 
 def remediate(lab_hosts: dict, **extra: str) -> PlaybookResult:
@@ -381,6 +421,48 @@ class TestLab:
         finally:
             remote(host, f"echo 64 > {pages}; rm -f {' '.join(ADVERTISER_SOCKETS)}")
 
+    def test_an_ssh_connection_dropped_mid_converge_stops_that_host_alone(self, lab_hosts):
+        """site.yml on both hosts with one host's 2 MiB pages changed on NUMA node 0; as the play reaches the
+        host's topology, every SSH session on that host is killed (its sshd's session processes: what a restarted
+        sshd or a reset connection does to a running play). That host stops there with one line saying so after
+        the recap, its pages still as changed; the other goes through the whole play. The next step's converge
+        picks up what was left."""
+        victim, other = lab_hosts["result"].hosts
+        remote(victim, f"echo 10 > {NODE0_PAGES}")
+        result = converge_with_fault(lab_hosts, "TASK [Discover the host's topology]", victim, DROP_SSH)
+        # Mitogen counts the lost call as the task failing, or as the host unreachable when it fell between calls
+        recap = result.recap[victim.name]
+        assert recap["failed"] + recap["unreachable"] == 1, result.output[-3000:]
+        assert result.recap[other.name]["failed"] == 0 and result.recap[other.name]["unreachable"] == 0
+        assert "Verify SR-IOV" in result.output  # the other went through the whole play, verification included
+        head, line, rerun = result.stopped.splitlines()
+        assert head == "gpufleet: 1 of 2 host(s) did not finish the play; the others were not held up:", head
+        assert line.startswith(f"  {victim.name}  ") and line.endswith(
+            ' at task "Discover the host\'s topology": the connection to the host was lost during the task (the host '
+            "rebooted, powered off, or its SSH connection or network dropped) [the respondent Context has "
+            "disconnected]"
+        ), result.stopped
+        assert rerun == "Re-run the play once the host answers: each role changes only what is still undone."
+        assert remote(victim, f"cat {NODE0_PAGES}").strip() == "10"  # stopped before its roles
+
+    def test_a_host_rebooting_mid_converge_stops_that_host_alone_and_the_rerun_converges(self, lab_hosts):
+        """site.yml again, the other host rebooted (`systemctl reboot` on it) as the play reaches the hugepages
+        role: that host stops with its line, and the host whose SSH connection dropped in the step before
+        converges in the same run (its 2 MiB pages back to the plan). `make lab` two steps on finds the rebooted
+        host back, nothing to change on either (changed=0), and verifies both."""
+        dropped, victim = lab_hosts["result"].hosts
+        booted = boot_id(victim)
+        result = converge_with_fault(lab_hosts, "TASK [hugepages", victim, "systemctl reboot")
+        recap = result.recap[victim.name]
+        assert recap["failed"] + recap["unreachable"] == 1, result.output[-3000:]
+        assert result.recap[dropped.name]["failed"] == 0 and result.recap[dropped.name]["unreachable"] == 0
+        assert result.recap[dropped.name]["changed"] > 0  # what the dropped connection left undone, done now
+        assert changed_per_host(result.output, "Allocate the runtime hugepages") == {dropped.name: 1}
+        assert remote(dropped, f"cat {NODE0_PAGES}").strip() == "64"
+        line = next(line for line in result.stopped.splitlines() if line.startswith(f"  {victim.name}  "))
+        assert "the connection to the host was lost during the task" in line, result.stopped
+        self.state["rebooted"] = (victim, booted)  # back by `make lab`'s step (it boots while the next step runs)
+
     def test_bare_metal_host_create_boots_a_powered_off_host_through_redfish_with_its_facts(self, lab_hosts, capfd):
         """The BareMetalHost provider's CRUD against the lab's BMC: wrong password and wrong serial refused in one
         line before anything changes; create on a powered-off host boots it and returns the VM's facts; the same
@@ -420,6 +502,10 @@ class TestLab:
         hosts = lab_hosts["result"].hosts
         cycled = hosts[0]  # powered off and on again through Redfish by the test above
         ssh.wait(image.ssh_key(), cycled.ssh_port, 420, console=cycled.serial_log)
+        if "rebooted" in self.state:  # the host rebooted mid-play two steps before: back, and it did reboot
+            rebooted, booted = self.state["rebooted"]
+            ssh.wait(image.ssh_key(), rebooted.ssh_port, 420, console=rebooted.serial_log)
+            assert boot_id(rebooted) != booted
         # the re-converge is the README's `make lab` (gpufleet lab run: up, site.yml, verify, phases) on these hosts
         inventory = lab_hosts["inventory"].with_name("make-lab-hosts.yml")
         (REPO / "build/timings/lab-run-test.json").unlink(missing_ok=True)  # only this run's record may answer
@@ -504,3 +590,23 @@ def test_lab_without_libvirt_uses_qemu_directly_and_says_redfish_is_unavailable(
     assert json.loads(run.status_after.stdout) == []
     kept = [line.rsplit(" ", 1)[1] for line in run.down.stdout.splitlines() if "its console log is kept in" in line]
     assert len(kept) == 1 and "Linux version" in Path(kept[0]).read_text(errors="replace")  # readable after down
+
+
+def test_two_lab_ups_of_one_lab_at_once_take_turns_and_end_with_one_lab(lanes: Lanes):
+    """Two `gpufleet lab up --prefix twice` started at once (tests/lab/twice_lab.py, in the VM lane): both succeed,
+    one after the other (the second says it waits for the first); whichever returns first, the host it hands over
+    has its own name and its NVMe controller; one host in one state file, one inventory; `lab down` leaves none."""
+    assert lanes.twice is not None
+    run = lanes.twice.result()
+    for up in run.ups:
+        assert up.proc.returncode == 0, up.proc.stdout[-3000:] + up.proc.stderr[-3000:]
+        assert up.host == ["twice-1", "1"], up.proc.stdout[-3000:]  # named, its NVMe controller bound
+    waited = [up for up in run.ups if "waiting for another gpufleet lab command on lab 'twice'" in up.proc.stdout]
+    assert len(waited) == 1, [up.proc.stdout for up in run.ups]  # they took turns
+    assert "twice-1: SSH up (was running)" in waited[0].proc.stdout  # the second found the first's host
+    assert "restored from the booted snapshot" not in waited[0].proc.stdout  # and did not restore it again
+    assert run.ups[0].inventory == run.ups[1].inventory != ""
+    assert [(h["name"], h["power"], h["ssh"]) for h in run.status] == [("twice-1", "On", True)]
+    assert [h["name"] for h in json.loads(run.state)["hosts"]] == ["twice-1"]
+    assert run.down.returncode == 0, run.down.stdout + run.down.stderr
+    assert json.loads(run.status_after.stdout) == []
