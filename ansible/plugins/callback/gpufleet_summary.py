@@ -33,8 +33,12 @@ requirements:
 MAX_REASON = 240
 # The controller's words for a connection that went away while a task ran on the host: Mitogen's (as a failed or an
 # unreachable task), then ssh's. A reboot, a power-off, a restarted sshd and a dropped network all read the same.
+# Mitogen says it three ways, by where the loss met the call: during it ("the respondent Context has disconnected",
+# wrapped in "Mitogen was disconnected ..." when the host counts as unreachable), or as the next call was routed to
+# the host's interpreter that is gone ("no route to <context id>, my ID is 0").
 LOST = re.compile(
     r"Mitogen was disconnected from the remote environment|the respondent Context has disconnected"
+    r"|no route to \S+, my ID is \d+|Channel closed by remote end"
     r"|[^\n]*(?:closed by remote host|Connection reset by peer|Broken pipe|Shared connection to \S+ closed)[^\n]*"
 )
 LOST_TEXT = (
