@@ -67,7 +67,7 @@ def test_packing_equals_brute_force_on_small_demands(case):
     gpu, demand = case
     result = mig.pack_model(gpu, demand)
     optimum = brute_force_min_gpus(gpu, demand)
-    assert optimum <= 16
+    assert optimum <= sum(demand.values())  # each instance fits a GPU of its own (an A30 4g.24gb takes a whole one)
     assert result.gpus == optimum, (gpu.name, demand, result)
     assert result.lower_bound <= optimum
     assert_cover(gpu, result, demand)
