@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import fcntl
 import json
@@ -9,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,12 @@ FIXTURES = REPO / "tests" / "fixtures"
 EXAMPLE_STACKS = sorted(p for p in REPO.glob("Pulumi.*.yaml") if p.name != "Pulumi.yaml")
 # Validation depends on the date (VM size retirements); tests pin it unless a fixture says otherwise.
 TODAY = dt.date(2026, 11, 21)
+
+# A user's own configuration never decides a test: a price table in ~/.config/gpufleet takes precedence over the
+# shipped one (docs/azure.md), so the whole run, its subprocesses included, gets an empty configuration folder.
+_EMPTY_CONFIG = tempfile.mkdtemp(prefix="gpufleet-tests-config-")
+os.environ["XDG_CONFIG_HOME"] = _EMPTY_CONFIG
+atexit.register(shutil.rmtree, _EMPTY_CONFIG, ignore_errors=True)
 
 
 def gpufleet(

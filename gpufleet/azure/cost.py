@@ -1,6 +1,7 @@
-"""What a stack's AKS node pools cost, from the catalog's price table (``catalog/azure_prices.yaml``). Pure: a valid
-stack and a catalog in, typed figures out; the CLI (``gpufleet cost``, ``plan``'s cost lines, ``promote``'s cost
-delta) only prints them.
+"""What a stack's AKS node pools cost, from the catalog's prices. Pure: a valid stack and a catalog in, typed figures
+out; the CLI (``gpufleet cost``, ``plan``'s cost lines, ``promote``'s cost delta) only prints them. The catalog the CLI
+hands in is priced with the user's refreshed tables before the shipped ``catalog/azure_prices.yaml``
+(:func:`gpufleet.azure.prices.priced_catalog`); each price names its table, source and date.
 
 What is counted: the VMs of every node pool, the system pool and each GPU pool, at the price of their size in the
 stack's region (Linux, USD per hour). A spot pool is priced at the spot price, every other pool at pay-as-you-go;
@@ -17,7 +18,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, Literal
 
-from gpufleet.catalog import Catalog, Price
+from gpufleet.catalog import SHIPPED_PRICES, Catalog, Price
 from gpufleet.spec.models import Stack
 
 # A month is 730 hours: 365 days x 24 hours / 12 months, the month Azure's price pages and Microsoft's pricing guidance
@@ -130,6 +131,7 @@ class PoolCost:
                 "reserved_3y": self.price.reserved_3y,
                 "source": self.price.source,
                 "as_of": self.price.as_of.isoformat(),
+                "table": self.price.table,
             },
             "warnings": list(self.warnings),
         }
@@ -197,6 +199,7 @@ class StackCost:
     currency: str
     pools: tuple[PoolCost, ...]
     notes: tuple[str, ...] = ()
+    price_tables: tuple[str, ...] = (SHIPPED_PRICES,)  # the tables looked in, the first one's prices first
 
     @property
     def totals(self) -> Totals:
@@ -221,6 +224,7 @@ class StackCost:
             "hours_per_month": HOURS_PER_MONTH,
             "totals": self.totals.to_dict(),
             "notes": list(self.notes),
+            "price_tables": list(self.price_tables),
         }
 
 
@@ -327,8 +331,15 @@ def stack_cost(stack: Stack, catalog: Catalog) -> StackCost:
         )
     if missing := [p for p in pools if p.missing]:
         listed = ", ".join(f"{p.missing} for {p.vm_size} ({p.name})" for p in missing)
-        notes.append(f"catalog/azure_prices.yaml has {listed} in {stack.region}: left out of the totals")
-    return StackCost(stack.name, stack.stage, stack.region, catalog.currency, tuple(pools), tuple(notes))
+        tables = catalog.price_tables
+        where = f"{tables[0]} has" if len(tables) == 1 else f"the price tables {', '.join(tables)} have"
+        notes.append(
+            f"{where} {listed} in {stack.region}: left out of the totals (gpufleet azure prices reads prices from"
+            " Azure: docs/azure.md)"
+        )
+    return StackCost(
+        stack.name, stack.stage, stack.region, catalog.currency, tuple(pools), tuple(notes), catalog.price_tables
+    )
 
 
 # -- what a change to a stack does to its cost (promotion) ------------------------------------------------------
@@ -401,6 +412,12 @@ class CostDelta:
         deltas = [p.delta(figure) for p in self.pools]
         return None if any(d is None for d in deltas) else sum((d for d in deltas if d is not None), Decimal(0))
 
+    @property
+    def prices(self) -> tuple[Price, ...]:
+        """The prices the changed pools' figures come from (before and after), each once."""
+        sides = (side for p in self.pools if p.changed for side in (p.before, p.after))
+        return tuple(dict.fromkeys(side.price for side in sides if side is not None and side.price is not None))
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "stack": self.stack,
@@ -409,6 +426,10 @@ class CostDelta:
             "hours_per_month": self.hours_per_month,
             "pools": [p.to_dict() for p in self.pools],
             "total_delta": {f: _money(self.total(f)) for f in FIGURES},
+            "prices": [
+                {"vm_size": p.vm_size, "region": p.region, "table": p.table, "as_of": p.as_of.isoformat()}
+                for p in self.prices
+            ],
         }
 
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from collections.abc import Sequence
 from fractions import Fraction
 from functools import cached_property, lru_cache
 from importlib import resources
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from gpufleet.common.diagnostics import suggest
 
@@ -203,6 +205,11 @@ class VmSize(_Frozen):
     aks_managed_gpu: bool = Field(
         default=False, description="AKS can run its managed GPU stack (gpuProfile.nvidia.managementMode Managed)"
     )
+    aks_skip_gpu_driver: bool = Field(
+        default=False,
+        description="AKS documents GPU pools of this size only with its driver install skipped (gpuProfile.driver"
+        " None) and the GPU Operator installing the driver (confidential GPUs: its signed driver)",
+    )
     os_skus: tuple[OsImage, ...] = Field(description="node OS images AKS supports for GPU pools of this size")
     regions: tuple[str, ...] | None = Field(
         default=None, description="regions offering the size; None: not recorded (no region check)"
@@ -217,6 +224,15 @@ class VmSize(_Frozen):
     @classmethod
     def _fraction(cls, v: Any) -> Fraction:
         return Fraction(str(v))
+
+    @model_validator(mode="after")
+    def _skipped_driver_is_an_aks_size_without_the_managed_stack(self) -> VmSize:
+        if self.aks_skip_gpu_driver and (not self.aks_supported or self.aks_managed_gpu):
+            raise ValueError(
+                f"{self.name}: aks_skip_gpu_driver needs aks_supported and no aks_managed_gpu (AKS's managed GPU"
+                " stack installs the driver)"
+            )
+        return self
 
     @property
     def azure_linux(self) -> bool:
@@ -247,17 +263,73 @@ class SystemVmSize(_Frozen):
     source: str
 
 
-class Price(_Frozen):
-    """What one VM size costs in one region, in USD per hour (Linux). None: no published price (never 0)."""
+# The name of the price table shipped in this package (catalog/azure_prices.yaml), as prices and messages give it.
+SHIPPED_PRICES = "catalog/azure_prices.yaml"
 
-    vm_size: str
-    region: str
+
+class _Figures(_Frozen):
     pay_as_you_go: float | None = Field(default=None, gt=0)
     spot: float | None = Field(default=None, gt=0)
     reserved_1y: float | None = Field(default=None, gt=0, description="1-year reservation, per hour")
     reserved_3y: float | None = Field(default=None, gt=0, description="3-year reservation, per hour")
+
+
+class PriceFigures(_Figures):
+    """One size's figures in one region of a price table file, per hour (Linux); one left out is unknown."""
+
+    @model_validator(mode="after")
+    def _some_figure(self) -> PriceFigures:
+        if all(v is None for v in (self.pay_as_you_go, self.spot, self.reserved_1y, self.reserved_3y)):
+            # the "gpufleet" error type: the message reaches a user as written (gpufleet.common.yamldoc)
+            raise PydanticCustomError(
+                "gpufleet", "no figure: give pay_as_you_go, spot, reserved_1y or reserved_3y, or leave the region out"
+            )
+        return self
+
+
+class Price(_Figures):
+    """What one VM size costs in one region, in USD per hour (Linux): None is no published price (never 0); and where
+    the figures come from: ``table``, the price table holding them (a user's file, or :data:`SHIPPED_PRICES`), and
+    the entry's ``source`` and ``as_of`` (the date they were read)."""
+
+    vm_size: str
+    region: str
     source: str
     as_of: _dt.date
+    table: str = Field(default=SHIPPED_PRICES, description="the table the price came from: a path or SHIPPED_PRICES")
+
+
+class PriceEntry(_Frozen):
+    """One entry of a price table file: a size, where its figures come from, its figures per region."""
+
+    vm_size: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    as_of: _dt.date
+    regions: dict[str, PriceFigures] = Field(min_length=1)
+
+
+class PriceTable(_Frozen):
+    """A price table file (``azure_prices.yaml``: the shipped one, or a user's from ``gpufleet azure prices``):
+    ``currency``, and ``prices: [{vm_size, source, as_of, regions: {<region>: {pay_as_you_go, spot, reserved_1y,
+    reserved_3y}}}]`` (a figure left out is unknown)."""
+
+    currency: str = "USD"
+    prices: tuple[PriceEntry, ...] = ()
+
+    def expand(self, table: str) -> tuple[Price, ...]:
+        """One :class:`Price` per size and region, each naming ``table`` as where it came from."""
+        return tuple(
+            Price(
+                vm_size=entry.vm_size,
+                region=region,
+                source=entry.source,
+                as_of=entry.as_of,
+                table=table,
+                **figures.model_dump(),
+            )
+            for entry in self.prices
+            for region, figures in entry.regions.items()
+        )
 
 
 class Region(_Frozen):
@@ -298,6 +370,9 @@ class Catalog(_Frozen):
     system_vm_sizes: tuple[SystemVmSize, ...] = ()
     prices: tuple[Price, ...] = ()
     currency: str = "USD"
+    price_tables: tuple[str, ...] = Field(
+        default=(SHIPPED_PRICES,), description="the tables ``prices`` were taken from, the first one's price first"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Catalog:
@@ -432,6 +507,25 @@ class Catalog(_Frozen):
         """The price of a size in a region, or None when the catalog has none (callers show "no price", never 0)."""
         return self._price_index.get((vm_size.lower(), region))
 
+    def with_price_tables(self, tables: Sequence[tuple[str, PriceTable]]) -> Catalog:
+        """This catalog with the prices of ``tables`` (name, table) in front of its own: per size and region, the
+        first table that prices it wins, whole (its figures, source and date), else this catalog's price. Each table
+        must be in this catalog's currency and name only its sizes and regions (the reader of a user's table checks
+        that at the file's lines, :func:`gpufleet.azure.prices.read_price_table`)."""
+        chosen: dict[tuple[str, str], Price] = {}
+        for name, table in tables:
+            for price in table.expand(name):
+                chosen.setdefault((price.vm_size.lower(), price.region), price)
+        kept = tuple(p for p in self.prices if (p.vm_size.lower(), p.region) not in chosen)
+        fields = {field: getattr(self, field) for field in type(self).model_fields}
+        return Catalog(
+            **{
+                **fields,
+                "prices": (*chosen.values(), *kept),
+                "price_tables": (*(name for name, _ in tables), *self.price_tables),
+            }
+        )
+
     def architecture(self, gpu: Gpu) -> Architecture:
         return self._arch_index[gpu.architecture]
 
@@ -507,17 +601,6 @@ def _expand_gpus(raw: dict[str, Any]) -> list[dict[str, Any]]:
     return gpus
 
 
-def _expand_prices(raw: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """``prices: [{vm_size, source, as_of, regions: {region: {pay_as_you_go, spot, reserved_1y, reserved_3y}}}]``
-    -> one entry per size and region."""
-    prices = []
-    for entry in (raw or {}).get("prices") or []:
-        shared = {k: v for k, v in entry.items() if k != "regions"}
-        for region, figures in entry["regions"].items():
-            prices.append({**shared, "region": region, **figures})
-    return prices
-
-
 def _expand_sizes(raw: dict[str, Any]) -> list[dict[str, Any]]:
     sizes = []
     for series in raw["series"]:
@@ -531,7 +614,7 @@ def _expand_sizes(raw: dict[str, Any]) -> list[dict[str, Any]]:
 def load_catalog() -> Catalog:
     """The packaged catalog, parsed once per process."""
     gpus_raw = read_catalog_yaml("gpus.yaml")
-    prices_raw = read_catalog_yaml("azure_prices.yaml") or {}
+    prices = PriceTable.model_validate(read_catalog_yaml("azure_prices.yaml") or {})
     return Catalog(
         architectures=tuple(gpus_raw["architectures"]),
         nvswitches=tuple(gpus_raw["nvswitches"]),
@@ -539,6 +622,6 @@ def load_catalog() -> Catalog:
         vm_sizes=tuple(_expand_sizes(read_catalog_yaml("azure_vm_sizes.yaml"))),
         regions=tuple(read_catalog_yaml("azure_regions.yaml")["regions"]),
         system_vm_sizes=tuple(_expand_sizes(read_catalog_yaml("azure_system_vm_sizes.yaml"))),
-        prices=tuple(_expand_prices(prices_raw)),
-        currency=prices_raw.get("currency", "USD"),
+        prices=prices.expand(SHIPPED_PRICES),
+        currency=prices.currency,
     )

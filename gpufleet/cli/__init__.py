@@ -17,12 +17,14 @@ import typer
 
 from gpufleet import __version__
 from gpufleet.cli import audit, size, stack
+from gpufleet.cli.azure import azure_app
 from gpufleet.cli.catalog import catalog_app
 from gpufleet.cli.common import EXIT_CODES_HELP, EXIT_INTERNAL, command, err, out
 from gpufleet.cli.cost import cost
 from gpufleet.cli.inventory import inventory
 from gpufleet.cli.lab import lab_app
 from gpufleet.cli.mig import mig_app
+from gpufleet.cli.preflight import preflight
 from gpufleet.cli.promote import promote_app
 from gpufleet.cli.topology import topology_app
 from gpufleet.cli.virt import virt_app
@@ -44,6 +46,7 @@ COMMANDS = (
     (audit.audit, "Check a stack's AKS cluster against the AKS secure baseline."),
     (size.size, "A model's GPU memory and the smallest hardware that holds it."),
     (cost, "What each node pool of a stack costs, per hour and per month."),
+    (preflight, "Ask Azure: pool sizes offered, zones, quota at max nodes."),
     (inventory, "The Ansible inventory of a stack's bare-metal hosts."),
 )
 GROUPS = {
@@ -53,6 +56,7 @@ GROUPS = {
     "virt": virt_app,
     "promote": promote_app,
     "catalog": catalog_app,
+    "azure": azure_app,
 }
 for func, summary in COMMANDS:
     command(app, func.__name__, summary)(func)

@@ -1,8 +1,11 @@
-"""``gpufleet cost STACK...|--all``: what each stack's AKS node pools cost, from the catalog's price table. The figures
-are :mod:`gpufleet.azure.cost`'s; this module only loads stacks, prints and exits."""
+"""``gpufleet cost STACK...|--all``: what each stack's AKS node pools cost, from the price tables (a user's refreshed
+ones before the shipped one). The figures are :mod:`gpufleet.azure.cost`'s; this module only loads stacks, prints and
+exits. :func:`priced_catalog_or_exit` is the price lookup of every command that shows a price (cost, plan, size,
+promote)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -28,6 +31,26 @@ if TYPE_CHECKING:
     from decimal import Decimal
 
     from gpufleet.azure.cost import PoolCost, StackCost
+    from gpufleet.catalog import Catalog, Price
+
+
+def priced_catalog_or_exit(project: Path | None) -> Catalog:
+    """The catalog priced with the user's price tables before the shipped one (``<project>/azure_prices.yaml``, then
+    ``~/.config/gpufleet/azure_prices.yaml``: :func:`gpufleet.azure.prices.priced_catalog`); exit 1 with every problem
+    of a table that cannot be used, at its file and line."""
+    from gpufleet.azure.prices import PriceTableError, priced_catalog
+
+    try:
+        return priced_catalog(project)
+    except PriceTableError as exc:
+        err.print("[red]invalid price table[/red]: nothing priced (fix it, or move it away to use the shipped prices)")
+        print_diagnostics(err, exc.diagnostics, "  ")
+        raise typer.Exit(EXIT_INVALID) from None
+
+
+def provenance(price: Price) -> str:
+    """Where a price comes from, markup-safe: its table, its date and its source."""
+    return f"{shown(price.table)}, as of {price.as_of.isoformat()}; source: {shown(price.source)}"
 
 
 def cost(
@@ -41,13 +64,13 @@ def cost(
 ) -> None:
     """What each node pool of a stack costs, per hour at its minimum, current and maximum node count, per month (730
     hours) at minimum and maximum, its idle cost and what spot saves; warnings for GPU pools that stay on in
-    non-production stages. Prices: the catalog's table (catalog/azure_prices.yaml); a size without one shows "no
-    price", never 0.
+    non-production stages. Prices: the project's azure_prices.yaml, then ~/.config/gpufleet/azure_prices.yaml (both
+    written by gpufleet azure prices), then the shipped catalog/azure_prices.yaml; each pool says which table and
+    date its price comes from. A size without a price shows "no price", never 0.
 
     JSON: one object for one STACK, a list with several or --all. Exit 1 when a stack is invalid (others shown).
     """
     from gpufleet.azure.cost import stack_cost
-    from gpufleet.catalog import load_catalog
     from gpufleet.spec.files import stack_files
     from gpufleet.spec.load import load_stack
 
@@ -62,7 +85,7 @@ def cost(
             raise usage_error(f"no stack files (Pulumi.<stage>-<region>.yaml) in {project}")
     else:
         files = [resolve_or_exit(ref, project) for ref in stacks or []]
-    catalog = load_catalog()
+    catalog = priced_catalog_or_exit(project)
     results: list[dict[str, Any]] = []
     invalid = False
     for number, file in enumerate(files):
@@ -165,7 +188,7 @@ def render_stack_cost(figures: StackCost) -> None:
             price = "no price"
         else:
             rate = money(p.usd_per_node_hour, cur) + "/h per node" if p.priced else str(p.missing)
-            price = f"{kind} {rate} ({shown(p.price.source)}, {p.price.as_of.isoformat()})"
+            price = f"{kind} {rate} ({provenance(p.price)})"
         out.print(f"  {shown(p.name)}: {shown(p.vm_size)}, {price}")
         if spot := _spot_line(p, cur):
             out.print(f"    {spot}")
@@ -189,7 +212,8 @@ def pool_cost_line(p: PoolCost, figures: StackCost) -> str:
 
     cur = figures.currency
     if not p.priced:
-        return f"cost: {p.missing} for {shown(p.vm_size)} in {shown(figures.region)} (catalog/azure_prices.yaml)"
+        tables = ", ".join(figures.price_tables)
+        return f"cost: {p.missing} for {shown(p.vm_size)} in {shown(figures.region)} ({shown(tables)})"
 
     def span(low: Decimal | None, high: Decimal | None, cents: bool) -> str:
         ends = [money(low, cur, cents=cents), money(high, cur, cents=cents)]
@@ -203,3 +227,8 @@ def pool_cost_line(p: PoolCost, figures: StackCost) -> str:
         f"cost {hourly}/h, {monthly}/month ({HOURS_PER_MONTH} h), {nodes} node(s) at {basis}"
         f" {money(p.usd_per_node_hour, cur)}/h; idle {money(p.idle_per_hour, cur)}/h"
     )
+
+
+def pool_price_line(p: PoolCost) -> str | None:
+    """``plan``'s line under a pool's cost line (markup-safe): where its price comes from; None without a price."""
+    return None if p.price is None else f"price: {provenance(p.price)}"

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     import datetime as dt
 
     from gpufleet.azure.cost import CostDelta
+    from gpufleet.catalog import Catalog
     from gpufleet.fleet.promote import Decision, Mismatch, Policy, Refusal, StackStatus
     from gpufleet.fleet.promote_ledger import Entry
 
@@ -157,6 +158,7 @@ def promote_to(
 
     Exit 0 when promoted (or nothing to do, or a dry run that would pass), 1 when refused, 2 on usage errors.
     """
+    from gpufleet.cli.cost import priced_catalog_or_exit
     from gpufleet.fleet.promote import default_source
 
     if force and not (reason and reason.strip()):
@@ -165,6 +167,7 @@ def promote_to(
         raise usage_error("--reason goes with --force")
     project = project_root(root)
     policy = _policy(project)
+    prices = priced_catalog_or_exit(project)  # before anything is written: an unusable price table stops here
     _stack_name(target, "TARGET")
     if policy.position(target) is None:
         raise usage_error(f"{target} is not in {project / 'promotion.yaml'}; its stacks: {', '.join(policy.stacks())}")
@@ -181,7 +184,7 @@ def promote_to(
     with _refusing():
         decision, blocking, forced, written = _decide_and_write(project, policy, source, target, force, reason, dry_run)
     applied = _apply_and_record(project, target, decision.release) if written and apply else None
-    cost = _cost_change(decision)
+    cost = _cost_change(decision, prices)
     if as_json:
         emit_json(
             {
@@ -268,14 +271,13 @@ def _apply_and_record(project: Path, target: str, release: str) -> bool | None:
     return applied
 
 
-def _cost_change(decision: Decision) -> tuple[CostDelta, str] | None:
-    """The target's cost before and after the promotion, and one line that says what changed (or that nothing did);
-    None when there is nothing to promote or a side is invalid."""
-    from gpufleet.catalog import load_catalog
-
+def _cost_change(decision: Decision, prices: Catalog) -> tuple[CostDelta, str] | None:
+    """The target's cost before and after the promotion (at ``prices``: the catalog priced with the user's tables),
+    and one line that says what changed (or that nothing did); None when there is nothing to promote or a side is
+    invalid."""
     if not decision.changes:
         return None
-    delta = decision.cost_delta(load_catalog())
+    delta = decision.cost_delta(prices)
     if delta is None:
         return None
     if not delta.changed:
@@ -296,6 +298,7 @@ def _print_cost_change(cost: tuple[CostDelta, str]) -> None:
     """One line when the cost is unchanged; else a row per pool that changes and the total, per hour and per month
     at min and max nodes."""
     from gpufleet.azure.cost import FIGURES, signed
+    from gpufleet.cli.cost import provenance
 
     delta, note = cost
     if not delta.changed:
@@ -311,6 +314,8 @@ def _print_cost_change(cost: tuple[CostDelta, str]) -> None:
             table.add_row(shown(p.name) + what, *(signed(p.delta(f), delta.currency) for f in FIGURES))
     table.add_row("[bold]total[/bold]", *(signed(delta.total(f), delta.currency) for f in FIGURES))
     out.print(table)
+    for price in delta.prices:
+        out.print(f"price of {shown(price.vm_size)} in {shown(price.region)}: {provenance(price)}")
     out.print(f"[yellow]{shown(note)}[/yellow]")
 
 

@@ -11,7 +11,18 @@ import typer
 from rich import box
 from rich.table import Table
 
-from gpufleet.cli.common import EXIT_INVALID, JsonOpt, emit_json, err, out, print_table, shown, usage_error
+from gpufleet.cli.common import (
+    EXIT_INVALID,
+    JsonOpt,
+    RootOpt,
+    emit_json,
+    err,
+    out,
+    print_table,
+    project_root,
+    shown,
+    usage_error,
+)
 
 if TYPE_CHECKING:
     from gpufleet.catalog.llm import LanguageModel
@@ -55,7 +66,11 @@ GpuOpt = Annotated[
 ]
 RegionOpt = Annotated[
     str | None,
-    typer.Option("--region", help="Azure region for $/hour from the price table; without it no price is shown (null)."),
+    typer.Option(
+        "--region",
+        help="Azure region for $/hour from the price tables (the project's azure_prices.yaml, then"
+        " ~/.config/gpufleet's, then the shipped one); without it no price is shown (null).",
+    ),
 ]
 PoolOpt = Annotated[
     bool, typer.Option("--write-pool", help="Print the stack YAML (a gpu_pools entry) of the best Azure option.")
@@ -87,18 +102,21 @@ def size(
     region: RegionOpt = None,
     write_pool: PoolOpt = False,
     as_json: JsonOpt = False,
+    root: RootOpt = None,
 ) -> None:
     """Right-size a model: memory breakdown (weights, KV cache, activations, optimizer, overhead; GB = 10^9 bytes)
     and the options that hold it, best first: the smallest MIG instance (with --gpu), whole GPUs with their
     tensor/pipeline-parallel degrees, Azure sizes with node counts, each with headroom, a memory-bandwidth bound on
-    decode tokens/s and $/hour (with --region). Exit 1 for a bad input or when nothing fits."""
-    given = {k: v for k, v in locals().items() if v is not None}
+    decode tokens/s and $/hour (with --region: the price tables of docs/azure.md, each price's table and date
+    shown). Exit 1 for a bad input or when nothing fits."""
+    given = {k: v for k, v in locals().items() if v is not None and k != "root"}
     _check_usage(given, mode, write_pool, as_json)
     from gpufleet.catalog import UnknownGpu, load_catalog
     from gpufleet.catalog.llm import UnknownModel
+    from gpufleet.cli.cost import priced_catalog_or_exit
     from gpufleet.fleet import sizing
 
-    catalog = load_catalog()
+    catalog = priced_catalog_or_exit(project_root(root)) if region is not None else load_catalog()
     try:
         lm = _model(given)
         request = _request(given, mode)
@@ -230,8 +248,23 @@ def _print(result: Sizing, lm: LanguageModel, request: Request) -> None:
         out.print(f"[dim]{len(result.options) - SHOWN_OPTIONS} more options: --json lists them all[/dim]")
     for note in result.notes:
         out.print(f"[dim]note: {shown(note)}[/dim]")
+    for line in _price_lines(result.options[:SHOWN_OPTIONS]):
+        out.print(f"[dim]{shown(line)}[/dim]")
     if lm.source:
         out.print(f"[dim]model source: {shown(lm.source)}[/dim]")
+
+
+def _price_lines(options: tuple[Option, ...]) -> list[str]:
+    """Where the prices shown come from: per region, table and date, the sizes priced from it."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for o in options:
+        if o.price is not None and o.vm_size is not None:
+            key = (o.price.region, o.price.table, o.price.as_of.isoformat())
+            groups.setdefault(key, []).append(o.vm_size)
+    return [
+        f"prices in {region} from {table}, as of {as_of}: {', '.join(dict.fromkeys(sizes))}"
+        for (region, table, as_of), sizes in groups.items()
+    ]
 
 
 def pool_name(model: str) -> str:

@@ -79,10 +79,11 @@ def plan(
     """What a stack describes, resolved against the hardware catalog: pools (GPU model, GPUs, vCPUs, RAM per
     node, MIG instances per node, derived labels) and bare-metal host groups."""
     from gpufleet.azure.cost import stack_cost
+    from gpufleet.cli.cost import priced_catalog_or_exit
 
     planned = planned_or_exit(stack, root, as_json, "nothing planned")
     result = planned.plan
-    costs = stack_cost(planned.stack, planned.catalog)
+    costs = stack_cost(planned.stack, priced_catalog_or_exit(project_root(root)))
     if as_json:
         emit_json({**result.to_dict(), "cost": costs.to_dict()})
         return
@@ -185,7 +186,7 @@ def _render_summary(result: Any, written: list[Path]) -> None:
 def _render_plan(result: StackPlan, costs: StackCost) -> None:
     """One block per pool / host group: readable at 80 columns and in logs. Each pool's cost line is
     ``gpufleet cost``'s figures in one line."""
-    from gpufleet.cli.cost import pool_cost_line
+    from gpufleet.cli.cost import pool_cost_line, pool_price_line
 
     out.print(f"[bold]{result.stack}[/bold]  stage {result.stage}, region {result.region}")
     out.print("release: " + ", ".join(f"{k} {v}" for k, v in result.release.items()))
@@ -198,6 +199,8 @@ def _render_plan(result: StackPlan, costs: StackCost) -> None:
         )
         if (system_cost := costs.pool(sp.name)) is not None:
             out.print(f"  system pool {pool_cost_line(system_cost, costs)}")
+            if price := pool_price_line(system_cost):
+                out.print(f"    {price}")
         _render_baseline(result)
         release = c.gpu_software
         cr = f" with a {c.operator_cr}" if c.operator_cr else ""
@@ -247,7 +250,7 @@ def _api_line(p: PoolPlan) -> str:
 
 
 def _render_pool(p: PoolPlan, costs: StackCost) -> None:
-    from gpufleet.cli.cost import pool_cost_line
+    from gpufleet.cli.cost import pool_cost_line, pool_price_line
 
     gpus = f"{p.gpu_partition} of a" if p.gpu_partition else f"{p.gpus_per_node} x"
     ib = ", InfiniBand" if p.infiniband else ""
@@ -262,6 +265,8 @@ def _render_pool(p: PoolPlan, costs: StackCost) -> None:
     out.print(f"    nodes {n.count}{scale}{zones}{spot}; GPUs {total['min']}-{total['max']}")
     if (pool_cost := costs.pool(p.name)) is not None:
         out.print(f"    {pool_cost_line(pool_cost, costs)}")
+        if price := pool_price_line(pool_cost):
+            out.print(f"      {price}")
         for warning in pool_cost.warnings:
             out.print(f"    [yellow]warning:[/yellow] {shown(warning)}")
     managed = ", GPU stack managed by AKS" if p.gpu_management == "managed" else ""

@@ -15,11 +15,13 @@ the previous step proved healthy.
   has passed since the release's verifications there began to pass, counted from when they were written; a failed
   one restarts it), and, where a stage lists it, ``canary_verified`` (the target's canary hosts passed the verify
   playbook, its DCGM diagnostic at the target's level included, in the latest report recorded for the release the
-  target runs now). An invalid source or result, or uncommitted changes in either stack, are never forced.
+  target runs now), and, where a stage lists it, ``preflight`` (Azure's answer for the target stack's subscription:
+  its sizes offered, zones usable, quota at max nodes plus surge; :mod:`gpufleet.azure.preflight`). An invalid source
+  or result, or uncommitted changes in either stack, are never forced.
 - **Ledger**: :mod:`gpufleet.fleet.promote_ledger` (hash-chained, appended under a lock).
 
 Pure except for the I/O at the edges (:func:`load_policy`, the git helpers, :meth:`StackFiles.read`,
-:func:`write_target`).
+:func:`write_target`, and the ``preflight`` gate's reads of Azure, which :func:`decide` takes as a function).
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ import hashlib
 import json
 import re
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError
 
@@ -47,11 +49,14 @@ from gpufleet.spec.models import RegionName, Stack
 from gpufleet.spec.models import Stage as StageName
 from gpufleet.spec.types import StrictModel, matching
 
+if TYPE_CHECKING:
+    from gpufleet.azure.preflight import Preflight
+
 POLICY_FILE = "promotion.yaml"
 RELEASE_KEY = f"{NAMESPACE}:release"
-Gate = Literal["earlier_waves", "verified", "soaked", "canary_verified"]
-GATES: tuple[Gate, ...] = ("earlier_waves", "verified", "soaked", "canary_verified")
-DEFAULT_GATES: tuple[Gate, ...] = ("earlier_waves", "verified", "soaked")  # canary_verified: a stage opts in
+Gate = Literal["earlier_waves", "verified", "soaked", "canary_verified", "preflight"]
+GATES: tuple[Gate, ...] = ("earlier_waves", "verified", "soaked", "canary_verified", "preflight")
+DEFAULT_GATES: tuple[Gate, ...] = ("earlier_waves", "verified", "soaked")  # canary_verified, preflight: opted in
 ORDER = "order"  # a source out of the policy's order: not a policy gate (always checked), but forceable like one
 FORCEABLE = (*GATES, ORDER)
 LEDGER_GATE = "ledger"  # a stack file that disagrees with the ledger: never forceable (gpufleet promote repair)
@@ -80,6 +85,9 @@ class PolicyStage(StrictModel):
     waves: list[Annotated[list[RegionName], Field(min_length=1)]] = Field(min_length=1)
     soak: SoakTime = Field("24h", description="how long a release runs verified here before it moves on")
     gates: list[Gate] = Field(default_factory=lambda: list(DEFAULT_GATES), description="what promotions into it need")
+    allow_unchecked_preflight: bool = Field(
+        False, description="the preflight gate passes when Azure could not be asked (it still refuses a shortfall)"
+    )
 
 
 class Policy(StrictModel):
@@ -499,6 +507,45 @@ class Decision:
         return [r for r in self.refusals if not (force and r.forceable)]
 
 
+def target_gates(policy: Policy, target: str) -> list[Gate]:
+    """The gates of the target's stage; the default ones for a stack the policy does not list."""
+    stage = policy.stage(target.split("-", 1)[0]) if policy.position(target) else None
+    return stage.gates if stage else list(DEFAULT_GATES)
+
+
+PreflightRun = Callable[[LoadedStack], "Preflight"]
+
+
+def preflight_deployed(loaded: LoadedStack) -> Preflight:
+    """The ``preflight`` gate's question: Azure's answer for the target stack, taken as deployed (a promotion changes
+    a stack that runs, so its pools' minimum nodes are in the usage already; the upgrade's surge and the growth to
+    max nodes are what must fit), cached as ``gpufleet preflight`` caches it."""
+    from gpufleet.azure.arm import run_preflight
+
+    return run_preflight(loaded, deployed=True)
+
+
+def _preflight_refusals(stage: PolicyStage | None, target: str, report: Preflight) -> list[Refusal]:
+    """The ``preflight`` gate: a shortfall or an unavailable size or zone refuses with ``gpufleet preflight``'s lines;
+    checks Azure could not answer refuse too, unless the stage allows them."""
+    refusals = []
+    again = f"gpufleet preflight {target} --deployed"
+    if report.failed:
+        lines = "\n  ".join(str(c) for c in report.failed)
+        refusals.append(Refusal("preflight", f"pulumi up of {target} would fail ({again}):\n  {lines}"))
+    if report.unchecked and not (stage is not None and stage.allow_unchecked_preflight):
+        reasons = "; ".join(dict.fromkeys(c.detail for c in report.unchecked))
+        name = stage.name if stage is not None else target.split("-", 1)[0]
+        refusals.append(
+            Refusal(
+                "preflight",
+                f"{len(report.unchecked)} preflight check(s) of {target} not made: {reasons}; fix that and run"
+                f" {again}, or let stage {name} pass unchecked (allow_unchecked_preflight: true in {POLICY_FILE})",
+            )
+        )
+    return refusals
+
+
 def _gate_refusals(
     files: StackFiles,
     policy: Policy,
@@ -511,7 +558,7 @@ def _gate_refusals(
     """The refusals of the target stage's gates (``earlier_waves``, ``verified``, ``soaked``)."""
     refusals: list[Refusal] = []
     target_pos = policy.position(target)
-    gates = policy.stage(target.split("-", 1)[0]).gates if target_pos else list(DEFAULT_GATES)  # type: ignore[union-attr]
+    gates = target_gates(policy, target)
     if "earlier_waves" in gates and target_pos is not None:
         i, j = target_pos
         stage = policy.stages[i]
@@ -557,10 +604,17 @@ def _gate_refusals(
 
 
 def decide(
-    files: StackFiles, policy: Policy, entries: Sequence[Entry], source: str, target: str, now: dt.datetime
+    files: StackFiles,
+    policy: Policy,
+    entries: Sequence[Entry],
+    source: str,
+    target: str,
+    now: dt.datetime,
+    preflight: PreflightRun | None = preflight_deployed,
 ) -> Decision:
     """Everything ``gpufleet promote`` would do and every gate it would refuse on. Pure: ``files`` holds what it
-    reads (:meth:`StackFiles.read` with the policy's stacks)."""
+    reads (:meth:`StackFiles.read` with the policy's stacks), ``preflight`` asks Azure for the ``preflight`` gate
+    (None: that gate is not evaluated)."""
     tgt_path = files.path(target)
     refusals: list[Refusal] = []
     src_release, src_diags = files.release(source)
@@ -598,6 +652,8 @@ def decide(
     if problem:
         refusals.append(Refusal(ORDER, f"{problem}; --force --reason TEXT takes it from {source} anyway (recorded)"))
     refusals += _gate_refusals(files, policy, entries, source, target, release, now)
+    if preflight is not None and result.ok and "preflight" in target_gates(policy, target):
+        refusals += _preflight_refusals(policy.stage(target.split("-", 1)[0]), target, preflight(result))
     after = result.stack if result.ok else None
     return Decision(source, target, release, previous, pins, refusals, new_text, before, after)
 
@@ -777,7 +833,8 @@ def forced_promotion(entries: Sequence[Entry], stack: str, release: str | None) 
 
 def status(files: StackFiles, policy: Policy, entries: Sequence[Entry], now: dt.datetime) -> list[StackStatus]:
     """Each stack of the policy: its release, verification, soak, what may move next, and whether its release came
-    by a forced promotion. Pure (see :func:`decide`)."""
+    by a forced promotion. Pure (see :func:`decide`): the ``preflight`` gate is not asked (it reads Azure; it runs
+    when a promotion is decided)."""
     out = []
     problems = mismatches(files, policy, entries)
     for stage in policy.stages:
@@ -797,7 +854,7 @@ def status(files: StackFiles, policy: Policy, entries: Sequence[Entry], now: dt.
                 elif source is None:
                     state = "first stage: edit its release block"
                 else:
-                    d = decide(files, policy, entries, source, name, now)
+                    d = decide(files, policy, entries, source, name, now, preflight=None)
                     if d.changes and not d.refusals:
                         state = f"ready: {d.previous} -> {d.release}"
                     elif d.changes:

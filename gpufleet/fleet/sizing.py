@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gpufleet.catalog import Catalog, Gpu, VmSize
+from gpufleet.catalog import Catalog, Gpu, Price, VmSize
 from gpufleet.catalog.llm import LanguageModel
 
 GB = 1e9
@@ -205,6 +205,7 @@ class Option:
     pipeline_parallel: int = 1
     interconnect: str | None = None
     gpus_per_node: int | None = None
+    price: Price | None = None  # the price usd_per_hour comes from (its table, source and date); not in the JSON
 
     def to_dict(self) -> dict[str, object]:
         """The CLI's JSON contract (docs: DESIGN.md, ``gpufleet size``)."""
@@ -285,11 +286,19 @@ def _fit(model: LanguageModel, mem: Memory, gpu: Gpu, max_tp: int, training: boo
 
 
 def eligible_sizes(catalog: Catalog, today: _dt.date, gpu: Gpu | None = None) -> list[VmSize]:
-    """Azure sizes a pool can use for this: in service, on AKS, whole NVIDIA GPUs (``gpu``'s only, when given)."""
+    """Azure sizes a pool can use for this: in service, on AKS, not confidential (a confidential VM is a security
+    choice, not a fit for a model: its pools need the GPU Operator's driver), whole NVIDIA GPUs (``gpu``'s only, when
+    given)."""
     sizes = []
     for vm in catalog.vm_sizes:
         model = catalog.gpu(vm.gpu)
-        if vm.retired(today) or not vm.aks_supported or vm.whole_gpus < 1 or model.vendor != "nvidia":
+        if (
+            vm.retired(today)
+            or not vm.aks_supported
+            or vm.confidential
+            or vm.whole_gpus < 1
+            or model.vendor != "nvidia"
+        ):
             continue
         if gpu is None or model.name == gpu.name:
             sizes.append(vm)
@@ -321,7 +330,7 @@ def _mig_option(model: LanguageModel, req: Request, mem: Memory, gpu: Gpu) -> Op
 
 
 def _whole_option(
-    model: LanguageModel, req: Request, mem: Memory, gpu: Gpu, vm: VmSize | None, price: float | None
+    model: LanguageModel, req: Request, mem: Memory, gpu: Gpu, vm: VmSize | None, price: Price | None
 ) -> Option | None:
     """Whole GPUs (``vm``: on that Azure size, TP within one VM): the fewest that hold the model."""
     training = isinstance(req, Training)
@@ -334,6 +343,7 @@ def _whole_option(
         return None  # one replica across VMs needs InfiniBand between them (ND sizes)
     bandwidth = gpu.memory_bandwidth_gbs * tp if gpu.memory_bandwidth_gbs else None
     nodes = math.ceil(gpus / vm.whole_gpus) if vm else None
+    rate = price.pay_as_you_go if price is not None else None
     return Option(
         kind="vm" if vm else "gpu",
         gpu=gpu.name,
@@ -342,7 +352,8 @@ def _whole_option(
         vm_size=vm.name if vm else None,
         nodes=nodes,
         decode_tokens_per_s=decode_tokens_per_s(model, req, mem, bandwidth),
-        usd_per_hour=price * nodes if price is not None and nodes is not None else None,
+        usd_per_hour=rate * nodes if rate is not None and nodes is not None else None,
+        price=price if rate is not None else None,
         tensor_parallel=tp,
         pipeline_parallel=pp,
         interconnect=_interconnect(gpu, tp, pp, vm),
@@ -388,7 +399,7 @@ def _notes(model: LanguageModel, req: Request, options: tuple[Option, ...], regi
     if region is None:
         notes.append("no --region: no prices (usd_per_hour null)")
     elif any(o.kind == "vm" and o.usd_per_hour is None for o in options):
-        notes.append(f"no price in the catalog for some sizes in {region}: usd_per_hour null, never 0")
+        notes.append(f"no price in the price tables for some sizes in {region}: usd_per_hour null, never 0")
     pcie = sorted(
         {o.gpu for o in options if o.tensor_parallel > 1 and o.interconnect and "NVLink" not in o.interconnect}
     )
@@ -437,7 +448,7 @@ def size(
     found += [_whole_option(model, req, mem, g, None, None) for g in models]
     for vm in sizes:
         price = catalog.price(vm.name, region) if region else None
-        found.append(_whole_option(model, req, mem, catalog.gpu(vm.gpu), vm, price and price.pay_as_you_go))
+        found.append(_whole_option(model, req, mem, catalog.gpu(vm.gpu), vm, price))
     options = _rank([o for o in found if o is not None])
     if not options:
         raise SizingError(_nothing_fits(model, req, mem, models))

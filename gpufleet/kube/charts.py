@@ -90,7 +90,7 @@ class ChartError(Exception):
 
 def charts_dir() -> Path:
     """``$GPUFLEET_CHARTS_DIR``, else ``~/.cache/gpufleet/charts`` (where ``helm pull`` puts them, see docs)."""
-    from gpufleet.lab.config import cache_dir
+    from gpufleet.common.paths import cache_dir
 
     return Path(os.environ.get(CHARTS_DIR_ENV) or cache_dir() / "charts")
 

@@ -5,18 +5,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import os
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.common.atomic import write_atomic
-
-
-def cache_dir() -> Path:
-    """``$GPUFLEET_CACHE`` or ``~/.cache/gpufleet``: big downloads and the lab's files, never in the repository."""
-    return Path(os.environ.get("GPUFLEET_CACHE") or Path.home() / ".cache" / "gpufleet")
+from gpufleet.common.paths import cache_dir
 
 
 def lab_dir() -> Path:

@@ -248,6 +248,43 @@ def check_gpu_management(pool: GpuPool, size: VmSize, gpu: Gpu, path: Path, ctx:
         )
 
 
+# AKS's confidential GPU pools (learn.microsoft.com/azure/aks/use-confidential-gpus; the catalog's [aks-cgpu]): AKS's
+# driver install skipped, the GPU Operator installing NVIDIA's signed driver, the whole GPU on each node (no MIG), no
+# node auto-provisioning.
+CONFIDENTIAL_GPUS = "learn.microsoft.com/azure/aks/use-confidential-gpus"
+
+
+def check_confidential_gpu(pool: GpuPool, size: VmSize, gpu: Gpu, path: Path, ctx: Context) -> Iterator[Finding]:
+    """A size AKS documents only with its driver install skipped (``aks_skip_gpu_driver``) needs ``driver:
+    operator``; a confidential GPU pool takes no MIG and is no NAP pool."""
+    what = f"{size.name} is a confidential GPU size ({size.series})" if size.confidential else size.name
+    if size.aks_skip_gpu_driver and pool.driver == "aks" and pool.gpu_management == "unmanaged":
+        said = "driver: aks" if "driver" in pool.model_fields_set else "driver is aks by default, which"
+        yield Finding(
+            (*path, "driver"),
+            f"{what}: AKS runs its pools with AKS's driver install skipped and the GPU Operator installing NVIDIA's"
+            f" signed driver ({CONFIDENTIAL_GPUS}); {said} would have AKS install its own (gpuProfile.driver"
+            " Install): set driver: operator (gpuProfile.driver None, the GPU Operator owns the driver)",
+        )
+    if not (size.confidential and size.aks_supported):
+        return
+    if pool.mig is not None:
+        sizes = sorted(s.name for s in ctx.catalog.vm_sizes if s.aks_mig and s.gpu == gpu.name)
+        other = f"; MIG on {gpu.name}: {', '.join(sizes)} (not confidential)" if sizes else ""
+        yield Finding(
+            (*path, "mig"),
+            f"{what}: AKS gives a confidential GPU pool's nodes the whole GPU, with no MIG ({CONFIDENTIAL_GPUS}: one"
+            f" nvidia.com/gpu per GPU, no MIG profile), so neither AKS nor the GPU Operator may partition it: remove"
+            f" mig{other}",
+        )
+    if pool.kind == "nap":
+        yield Finding(
+            (*path, "kind"),
+            f"{what}: AKS's confidential GPUs do not work with node auto-provisioning ({CONFIDENTIAL_GPUS},"
+            " Limitations): use kind agentpool",
+        )
+
+
 def _preview_keys(pool: GpuPool) -> list[tuple[tuple[str, ...], str]]:
     """The pool's keys that make gpufleet send an AgentPool field, and the field (its path under properties)."""
     keys: list[tuple[tuple[str, ...], str]] = []
@@ -401,9 +438,10 @@ def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
 
     yield from check_os_sku(pool, size, gpu, path, ctx)
     yield from check_gpu_management(pool, size, gpu, path, ctx)
+    yield from check_confidential_gpu(pool, size, gpu, path, ctx)
     yield from check_pool_advertiser(pool, gpu, path)
 
-    if pool.mig is not None:
+    if pool.mig is not None and not (size.confidential and size.aks_supported):  # check_confidential_gpu said why
         mpath = (*path, "mig")
         strategy = isinstance(pool.mig, AksManagedMig) and pool.mig.strategy is not None
         if not size.aks_mig and strategy:

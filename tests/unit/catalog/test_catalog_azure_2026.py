@@ -92,10 +92,16 @@ def test_nvlink_between_a_vms_gpus_only_on_hgx_and_grace_blackwell_sizes():
         assert not catalog.vm_size(name).nvlink, name
 
 
-def test_confidential_h100_is_marked_and_is_no_aks_size():
+def test_confidential_h100_is_an_aks_size_with_the_driver_install_skipped_and_no_mig():
+    """learn.microsoft.com/azure/aks/use-confidential-gpus (azure_vm_sizes.yaml [aks-cgpu]): AKS runs NCCads_H100_v5
+    pools with `--gpu-driver none` and the GPU Operator's signed driver, on Ubuntu, the whole GPU per node."""
     ncc = load_catalog().vm_size("Standard_NCC40ads_H100_v5")
-    assert ncc.confidential and not ncc.aks_supported and not ncc.aks_mig
-    assert not load_catalog().vm_size("Standard_NC40ads_H100_v5").confidential
+    assert ncc.confidential and ncc.aks_supported and ncc.aks_skip_gpu_driver
+    assert not ncc.aks_mig and not ncc.aks_managed_gpu and not ncc.azure_linux
+    assert ncc.os_skus == ("ubuntu-22.04", "ubuntu-24.04")
+    plain = load_catalog().vm_size("Standard_NC40ads_H100_v5")
+    assert not plain.confidential and not plain.aks_skip_gpu_driver
+    assert [s.name for s in load_catalog().vm_sizes if s.aks_skip_gpu_driver] == ["Standard_NCC40ads_H100_v5"]
 
 
 # AKS installs the NVIDIA driver on Azure Linux 3 for these series (karpenter-provider-azure supported-gpus.yaml,
@@ -122,11 +128,11 @@ def test_os_images_azure_linux_3_where_aks_installs_its_driver_ubuntu_on_every_a
         assert size.azure_linux == (size.series in AZURE_LINUX_SERIES), size.name
 
 
-def test_the_managed_gpu_stack_is_on_every_aks_nvidia_size_and_no_other():
+def test_the_managed_gpu_stack_is_on_every_aks_nvidia_size_that_takes_aks_driver_and_no_other():
     catalog = load_catalog()
     for size in catalog.vm_sizes:
         nvidia = catalog.gpu(size.gpu).vendor == "nvidia"
-        assert size.aks_managed_gpu == (size.aks_supported and nvidia), size.name
+        assert size.aks_managed_gpu == (size.aks_supported and nvidia and not size.aks_skip_gpu_driver), size.name
 
 
 def test_every_recorded_size_region_and_price_region_is_a_catalog_region():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.cli import GROUPS
 from tests.conftest import REPO, gpufleet
 
 
@@ -212,7 +213,7 @@ def test_topology_plan_takes_a_profile_from_the_stacks():
     assert gpufleet("topology", "plan", "--host-root", "/nonexistent").returncode == 2
 
 
-@pytest.mark.parametrize("group", ["", "mig", "lab", "topology", "virt", "promote", "catalog"])
+@pytest.mark.parametrize("group", ["", *GROUPS])  # the top level and every group
 def test_help_lists_each_command_with_a_one_line_summary(group: str):
     """``gpufleet --help`` and each group's list their commands one line each (the docstring, wrapped mid-sentence,
     is the command's own --help), on an 80-column terminal."""

@@ -46,7 +46,8 @@ from gpufleet.plan.model import StackPlan
 from gpufleet.spec.load import load_stack
 from tests.charts import CHARTS_DIR, crd_errors, crd_validator, needs_charts, stack_variant
 from tests.conftest import FIXTURES, REPO, TODAY
-from tests.sushy import USER, free_port, htpasswd, running, self_signed
+from tests.sushy import USER, free_port, htpasswd, running
+from tests.tls import self_signed
 
 CRDS = FIXTURES / "crds" / "medik8s"
 STACKS = sorted(REPO.glob("Pulumi.*.yaml")) + sorted((REPO / "examples").glob("*/Pulumi.*.yaml"))

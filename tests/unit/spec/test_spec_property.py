@@ -52,7 +52,8 @@ def pool_docs(draw: st.DrawFn, name: str) -> dict[str, Any]:
     elif draw(st.booleans()):
         pool["upgrade"] = draw(st.sampled_from([{"max_surge": "33%"}, {"max_surge": 2}, {"max_unavailable": 1}]))
     pool["zones"] = draw(st.lists(st.sampled_from(["1", "2", "3"]), unique=True, max_size=3))
-    pool["driver"] = draw(st.sampled_from(["aks", "operator"]))
+    # a size AKS documents only with its driver install skipped (confidential GPUs) takes the GPU Operator's driver
+    pool["driver"] = "operator" if size.aks_skip_gpu_driver else draw(st.sampled_from(["aks", "operator"]))
     skus = ["Ubuntu", "Ubuntu2204"] + (["AzureLinux", "AzureLinux3"] if size.azure_linux else [])
     pool["os_sku"] = draw(st.sampled_from(skus))
     if size.aks_mig and gpu.mig and draw(st.booleans()):
