@@ -11,8 +11,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import gpufleet
-from tests.lab.molecule_runner import LANE_NICE
+from tests.lab.molecule_runner import lane_lab
 
 PREFIX = "direct"
 
@@ -29,7 +28,7 @@ class DirectRun:
 
 
 def _gpufleet(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return gpufleet("lab", *args, "--prefix", PREFIX, "--hosts", "1", timeout=900, env=env, nice=LANE_NICE)
+    return lane_lab(PREFIX, env, *args)
 
 
 def run(work: Path, base_env: dict[str, str]) -> DirectRun:

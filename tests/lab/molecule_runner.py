@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import REPO, gpufleet
 
 ROLES = sorted(p.parent.parent.parent.name for p in (REPO / "roles").glob("*/molecule/default/molecule.yml"))
 SLOW_MARK = "# gpufleet: slow"  # in a scenario's converge.yml: it runs in `make test-slow` only
@@ -76,3 +76,9 @@ def run_scenario(role: str, work: Path, base_env: dict[str, str]) -> tuple[int, 
             stdin=subprocess.DEVNULL,
         )
     return proc.returncode, log.read_text(), time.monotonic() - started
+
+
+def lane_lab(prefix: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``gpufleet lab ARGS`` on the one-host lab ``prefix``, as the lanes run it: a process of its own in ``env``, at
+    the lanes' CPU priority (the lab without libvirt, the two `lab up`s at once)."""
+    return gpufleet("lab", *args, "--prefix", prefix, "--hosts", "1", timeout=900, env=env, nice=LANE_NICE)
