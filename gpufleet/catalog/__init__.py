@@ -101,6 +101,57 @@ class MigGeometry(_Frozen):
         return min(candidates, key=lambda p: p.memory_slices, default=None)
 
 
+# AMD Instinct partition modes (gpus.yaml, amd_partition_geometries): compute partitions and memory (NPS) partitions
+AmdComputeMode = Literal["SPX", "DPX", "QPX", "CPX"]
+AmdMemoryMode = Literal["NPS1", "NPS2", "NPS4"]
+AMD_COMPUTE_MODES: tuple[AmdComputeMode, ...] = ("SPX", "DPX", "QPX", "CPX")
+AMD_MEMORY_MODES: tuple[AmdMemoryMode, ...] = ("NPS1", "NPS2", "NPS4")
+
+
+class AmdPartitionPair(_Frozen):
+    """One compute x memory partition mode of an AMD GPU model: how many logical GPUs it makes and the memory of
+    each (derived: the model's memory split evenly, as the driver does), and whether AMD lists it for the model
+    (``documented``) or only the driver's rule for its GC version allows it."""
+
+    compute: AmdComputeMode
+    memory: AmdMemoryMode
+    logical_gpus: int = Field(ge=1, description="logical GPUs (XCPs) one physical GPU becomes")
+    memory_gib: float = Field(gt=0, description="memory per logical GPU (derived, before driver reservations)")
+    documented: bool
+
+    @property
+    def name(self) -> str:
+        """``CPX+NPS4``: the pair as AMD's docs write it."""
+        return f"{self.compute}+{self.memory}"
+
+    @property
+    def resource_suffix(self) -> str:
+        """``cpx_nps4``: the device plugin's ``mixed`` resource name part and the node labeller's label value."""
+        return f"{self.compute}_{self.memory}".lower()
+
+
+class AmdPartitioning(_Frozen):
+    """An AMD Instinct model's partition modes (gpus.yaml ``amd_partition_geometries``, expanded per model)."""
+
+    geometry: str = Field(description="the GC version whose driver rule applies, e.g. gc-9.4.3")
+    xcds: int = Field(ge=1)
+    compute_modes: tuple[AmdComputeMode, ...]
+    memory_modes: tuple[AmdMemoryMode, ...]
+    pairs: tuple[AmdPartitionPair, ...]
+
+    def pair(self, compute: str, memory: str) -> AmdPartitionPair | None:
+        """The pair ``compute`` x ``memory``; None when the model cannot run it."""
+        return next((p for p in self.pairs if p.compute == compute and p.memory == memory), None)
+
+    def memory_modes_of(self, compute: str) -> tuple[str, ...]:
+        """The NPS modes ``compute`` runs with on this model."""
+        return tuple(p.memory for p in self.pairs if p.compute == compute)
+
+    def compute_modes_of(self, memory: str) -> tuple[str, ...]:
+        """The compute modes that run with ``memory`` on this model."""
+        return tuple(p.compute for p in self.pairs if p.memory == memory)
+
+
 class Gpu(_Frozen):
     name: str
     source: str = Field(min_length=1, description="where the entry's facts come from (short; details in comments)")
@@ -123,6 +174,14 @@ class Gpu(_Frozen):
     form_factor: str | None = None
     nvswitch_platforms: tuple[str, ...] = ()
     mig: MigGeometry | None = None
+    partitions: AmdPartitioning | None = Field(
+        default=None, description="AMD Instinct compute x memory partitioning (the MIG counterpart); None: none"
+    )
+    vf_pci_ids: tuple[str, ...] = Field(default=(), description="SR-IOV virtual functions' PCI ids (AMD MxGPU)")
+    gfx: str | None = Field(
+        default=None, description="AMD's GFX target (gfx942), as ROCm and the node labeller name it"
+    )
+    compute_units: int | None = Field(default=None, ge=1, description="AMD compute units (CUs) of the whole GPU")
     proprietary_kernel_modules: bool | None = Field(
         default=None, description="overrides the architecture's (Grace Hopper: open modules only)"
     )
@@ -156,7 +215,7 @@ class Gpu(_Frozen):
             raise ValueError(f"{self.name}: pci_names names {', '.join(unknown)}, not one of its pci_ids")
         return self
 
-    @field_validator("pci_ids")
+    @field_validator("pci_ids", "vf_pci_ids")
     @classmethod
     def _pci_ids_lowercase(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for pid in v:
@@ -338,7 +397,9 @@ class Region(_Frozen):
 
 
 _NVIDIA_NAME_RE = re.compile(r"^(?:nvidia\b|rtx\b|tesla\b|quadro\b|(?:gb|gh|pg|[abhltv])[\s-]?\d)", re.IGNORECASE)
-_AMD_NAME_RE = re.compile(r"^(?:amd[\s_-]*)?(?:(?:radeon[\s_-]*)?instinct[\s_-]*)?(?:mi\d|radeon)", re.IGNORECASE)
+_AMD_NAME_RE = re.compile(
+    r"^(?:amd[\s_-]*)?(?:(?:radeon[\s_-]*)?instinct[\s_-]*)?(?:mi[\s_-]?\d|radeon)", re.IGNORECASE
+)
 
 
 def query_vendor(identifier: str) -> Vendor | None:
@@ -597,8 +658,44 @@ def _expand_gpus(raw: dict[str, Any]) -> list[dict[str, Any]]:
                 "profiles": profiles,
                 "min_driver_branch": mig.get("min_driver_branch"),
             }
+        if entry.get("partitions") is not None:
+            entry["partitions"] = _expand_amd_partitions(raw["amd_partition_geometries"], entry)
         gpus.append(entry)
     return gpus
+
+
+def _expand_amd_partitions(geometries: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """A model's ``partitions: {geometry, documented}`` -> :class:`AmdPartitioning`'s fields: every pair of the
+    geometry with its logical GPUs, memory per logical GPU and whether AMD documents it for the model."""
+    spec = entry["partitions"]
+    geometry = geometries[spec["geometry"]]
+    documented = spec.get("documented", [])
+    pairs = []
+    for compute, memories in geometry["pairs"].items():
+        logical = geometry["compute"][compute]
+        for memory in memories:
+            name = f"{compute}+{memory}"
+            pairs.append(
+                {
+                    "compute": compute,
+                    "memory": memory,
+                    "logical_gpus": logical,
+                    "memory_gib": round(entry["memory_gib"] / logical, 3),
+                    "documented": documented == "all" or name in documented,
+                }
+            )
+    unknown = sorted(set(documented) - {f"{p['compute']}+{p['memory']}" for p in pairs}) if documented != "all" else []
+    if unknown:
+        raise ValueError(
+            f"{entry['name']}: documented partition pairs {unknown} are not in geometry {spec['geometry']}"
+        )
+    return {
+        "geometry": spec["geometry"],
+        "xcds": geometry["xcds"],
+        "compute_modes": tuple(geometry["compute"]),
+        "memory_modes": tuple(geometry["memory"]),
+        "pairs": pairs,
+    }
 
 
 def _expand_sizes(raw: dict[str, Any]) -> list[dict[str, Any]]:

@@ -139,6 +139,21 @@ class GpuOperatorRelease(_Frozen):
         return kube_version(self.kubernetes.min)[:2] <= minor <= kube_version(self.kubernetes.max)[:2]
 
 
+class AmdGpuOperatorRelease(_Frozen):
+    """An AMD GPU Operator chart release: the Kubernetes it supports, the NFD it carries, and the floor of its DRA
+    driver (draDriver)."""
+
+    version: str
+    kubernetes: KubernetesRange
+    nfd: str
+    dra_min_kubernetes: str
+    source: str
+
+    def supports_kubernetes(self, version: str) -> bool:
+        minor = kube_version(version)[:2]
+        return kube_version(self.kubernetes.min)[:2] <= minor <= kube_version(self.kubernetes.max)[:2]
+
+
 class DevicePluginRelease(_Frozen):
     version: str
     min_kubernetes: str
@@ -185,6 +200,7 @@ class ReleaseTable(_Frozen):
     aks: AksCalendar
     driver_branches: tuple[DriverBranch, ...]
     gpu_operator: tuple[GpuOperatorRelease, ...]
+    amd_gpu_operator: tuple[AmdGpuOperatorRelease, ...] = ()
     device_plugin: tuple[DevicePluginRelease, ...]
     dra_driver: tuple[DraDriverRelease, ...]
     kueue: KueueRelease
@@ -236,6 +252,9 @@ class ReleaseTable(_Frozen):
 
     def find_gpu_operator(self, version: str) -> GpuOperatorRelease | None:
         return next((op for op in self.gpu_operator if same_version(op.version, version)), None)
+
+    def find_amd_gpu_operator(self, version: str) -> AmdGpuOperatorRelease | None:
+        return next((op for op in self.amd_gpu_operator if same_version(op.version, version)), None)
 
     def find_device_plugin(self, version: str) -> DevicePluginRelease | None:
         return next((p for p in self.device_plugin if same_version(p.version, version)), None)

@@ -17,6 +17,7 @@ import typer
 
 from gpufleet import __version__
 from gpufleet.cli import audit, size, stack
+from gpufleet.cli.amd import amd_app
 from gpufleet.cli.azure import azure_app
 from gpufleet.cli.catalog import catalog_app
 from gpufleet.cli.common import EXIT_CODES_HELP, EXIT_INTERNAL, command, err, out
@@ -51,6 +52,7 @@ COMMANDS = (
 )
 GROUPS = {
     "mig": mig_app,
+    "amd": amd_app,
     "lab": lab_app,
     "topology": topology_app,
     "virt": virt_app,

@@ -80,6 +80,18 @@ def _gpu_dict(gpu: Gpu) -> dict[str, Any]:
         "aliases": list(gpu.aliases),
         "mig": gpu.mig_capable,
         "mig_profiles": len(gpu.mig.profiles) if gpu.mig is not None else 0,
+        # AMD Instinct compute x memory partitions (gpufleet amd profiles); [] for a GPU without them
+        "amd_partitions": [
+            {
+                "pair": p.name,
+                "compute": p.compute,
+                "memory": p.memory,
+                "logical_gpus": p.logical_gpus,
+                "memory_gib": p.memory_gib,
+                "documented": p.documented,
+            }
+            for p in (gpu.partitions.pairs if gpu.partitions is not None else ())
+        ],
     }
 
 
@@ -163,7 +175,8 @@ def catalog_gpus(
     family: ArchOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The GPU models the catalog knows: vendor, architecture, memory, bandwidth, NVLink, PCI ids, aliases, MIG.
+    """The GPU models the catalog knows: vendor, architecture, memory, bandwidth, NVLink, PCI ids, aliases, MIG, AMD
+    partitions (the compute x memory pairs: gpufleet amd profiles GPU).
     With NAME, that one GPU (exact on name, aliases and PCI ids; otherwise "did you mean" and exit 1)."""
     from gpufleet.catalog import UnknownGpu, load_catalog
 
@@ -180,7 +193,12 @@ def catalog_gpus(
         if as_json:
             emit_json(data)
         else:
-            _detail(data, f"GPU {gpu.name}")
+            basis = {True: "", False: " (driver rule)"}
+            pairs = [
+                f"{p['pair']}: {p['logical_gpus']} x {p['memory_gib']:g} GiB{basis[p['documented']]}"
+                for p in data["amd_partitions"]
+            ]
+            _detail({**data, "amd_partitions": pairs}, f"GPU {gpu.name}")
         return
 
     gpus = list(catalog.gpus)
@@ -194,7 +212,7 @@ def catalog_gpus(
         return
     table = Table(title=f"{len(gpus)} GPU models")
     table.add_column("name", no_wrap=True, min_width=max((len(g.name) for g in gpus), default=4))
-    for col in ("vendor", "arch", "GiB", "GB/s", "NVLink GB/s", "PCI ids", "aliases", "MIG"):
+    for col in ("vendor", "arch", "GiB", "GB/s", "NVLink GB/s", "PCI ids", "aliases", "MIG", "AMD partitions"):
         table.add_column(col)
     for g in gpus:
         table.add_row(
@@ -207,6 +225,7 @@ def catalog_gpus(
             ", ".join(g.pci_ids),
             shown(", ".join((*g.product_names, *g.aliases))) or "-",
             f"yes ({len(g.mig.profiles)} profiles)" if g.mig is not None else "no",
+            f"yes ({len(g.partitions.pairs)} pairs)" if g.partitions is not None else "-",
         )
     print_table(table)
 

@@ -85,6 +85,21 @@ def group(summary: str, **settings: Any) -> typer.Typer:
     return typer.Typer(short_help=summary, **{"help": summary, "no_args_is_help": True, **settings})
 
 
+def write_output_or_exit(text: str, output: Path) -> None:
+    """``text`` to ``output`` ('-': stdout), crash-safely (gpufleet.common.atomic); exit 1 with one line when it
+    cannot be written."""
+    from gpufleet.common.atomic import write_atomic
+
+    if str(output) == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        write_atomic(output, text)
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot write {shown(output)}: {shown(exc.strerror)}")
+        raise typer.Exit(EXIT_INVALID) from None
+
+
 def emit_json(data: Any) -> None:
     """``--json`` output: one document on stdout."""
     sys.stdout.write(json.dumps(data, indent=2) + "\n")

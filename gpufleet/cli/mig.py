@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,6 +20,7 @@ from gpufleet.cli.common import (
     print_table,
     shown,
     usage_error,
+    write_output_or_exit,
 )
 
 mig_app = group("MIG profiles and layouts per GPU model.")
@@ -260,18 +260,9 @@ SHOWN_CHANGES = 40  # changed GPUs listed per model in the human output; --json 
 def _write_config(config: dict[str, Any], output: Path) -> None:
     """The mig-parted config to ``output`` ('-': stdout), crash-safely; exit 1 with one line when it cannot be
     written."""
-    from gpufleet.common.atomic import write_atomic
     from gpufleet.mig.outputs import dump_yaml
 
-    text = dump_yaml(config)
-    if str(output) == "-":
-        sys.stdout.write(text)
-        return
-    try:
-        write_atomic(output, text)
-    except OSError as exc:
-        err.print(f"[red]error:[/red] cannot write {shown(output)}: {shown(exc.strerror)}")
-        raise typer.Exit(EXIT_INVALID) from None
+    write_output_or_exit(dump_yaml(config), output)
 
 
 def _repack(current: Path, loaded: Any, output: Path | None, as_json: bool) -> None:

@@ -64,8 +64,16 @@ def suggest(word: str, choices: Iterable[str], n: int = 1) -> list[str]:
     """The closest valid names to ``word`` (case-insensitive), best first."""
     choices = list(choices)
     lowered = {c.lower(): c for c in choices}
-    hits = difflib.get_close_matches(word.lower(), list(lowered), n=n, cutoff=0.6)
-    return [lowered[h] for h in hits]
+    word = word.lower()
+    hits = difflib.get_close_matches(word, list(lowered), n=len(lowered), cutoff=0.6)
+
+    def rank(hit: str) -> tuple[float, int]:
+        # equally similar names: the one sharing the longer beginning first (MI301 -> MI300X, not MI350X); then
+        # difflib's own order (the sort is stable)
+        prefix = next((i for i, (a, b) in enumerate(zip(word, hit, strict=False)) if a != b), min(len(word), len(hit)))
+        return -difflib.SequenceMatcher(None, word, hit).ratio(), -prefix
+
+    return [lowered[h] for h in sorted(hits, key=rank)[:n]]
 
 
 def did_you_mean(word: str, choices: Iterable[object], limit: int = 12) -> str:

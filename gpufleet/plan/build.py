@@ -23,6 +23,7 @@ from gpufleet.azure.baseline import (
 from gpufleet.catalog import Catalog, Gpu, VmSize
 from gpufleet.catalog.aks import load_aks_catalog
 from gpufleet.fleet.dcgm_diag import diag_level
+from gpufleet.kube import amd_operator
 from gpufleet.kube.gpu_software import (
     CHART_PINS,
     CLUSTER_POLICY,
@@ -33,6 +34,7 @@ from gpufleet.kube.gpu_software import (
     OperatorCr,
     chart_release,
     cluster_chart,
+    deploys_nfd,
     dra_driver_version,
     for_aks,
     for_baremetal,
@@ -48,6 +50,7 @@ from gpufleet.kube.labels import (
     GPU_MODEL_LABEL,
     POOL_LABEL,
 )
+from gpufleet.mig.amd_partitions import node_partitions
 from gpufleet.mig.outputs import (
     DISABLED_CONFIG,
     NamedLayout,
@@ -60,6 +63,8 @@ from gpufleet.mig.outputs import (
 )
 from gpufleet.plan.model import (
     AddonPlan,
+    AmdPartitionGroupPlan,
+    AmdPartitionPlan,
     BaremetalPlan,
     ClusterPlan,
     EgressPlan,
@@ -73,6 +78,7 @@ from gpufleet.plan.model import (
 )
 from gpufleet.spec.models import (
     AksManagedMig,
+    AmdPartitions,
     GpuPool,
     GpuSoftware,
     HostGroup,
@@ -158,6 +164,26 @@ def nvlink_multi_node(gpu: Gpu, gpus_per_node: int | None) -> bool:
     return bool(gpu.nvswitch_platforms) and domain > (gpus_per_node or 1)
 
 
+def amd_partition_plan(gpu: Gpu, layout: AmdPartitions, gpus: int | None) -> AmdPartitionPlan:
+    """The AMD partitions of nodes with ``gpus`` ``gpu`` GPUs (None: unknown) under a validated ``layout``."""
+    node = node_partitions(gpu, layout, gpus) if gpus else None
+    assert gpu.partitions is not None, "amd_partition_plan needs a validated layout"
+    memory = {}
+    for group in layout.devices:
+        pair = gpu.partitions.pair(group.compute, layout.memory)
+        assert pair is not None, "amd_partition_plan needs a validated layout"
+        memory[pair.resource_suffix] = pair.memory_gib
+    return AmdPartitionPlan(
+        managed_by=layout.managed_by,
+        profile=layout.profile,
+        memory=layout.memory,
+        groups=tuple(AmdPartitionGroupPlan(g.compute, g.gpus) for g in layout.devices),
+        skipped_gpus=tuple(layout.skipped_gpus),
+        logical_gpus=node.logical_gpus if node is not None else None,
+        memory_gib=memory,
+    )
+
+
 def pool_labels(
     pool: GpuPool,
     gpu: Gpu,
@@ -170,9 +196,15 @@ def pool_labels(
     """The node labels a pool carries: the stack's own, gpufleet's pool and model labels, the labels ``chart``'s
     software reads (:func:`gpufleet.kube.gpu_software.software_labels`; ``cr``: the operator's custom resource), the
     operator's driver opt-out for AKS-driver pools in a cluster where other pools leave the driver to the operator,
-    and AKS's spot label."""
+    and AKS's spot label. An AMD pool gets the AMD GPU Operator's labels
+    (:func:`gpufleet.kube.amd_operator.node_labels`) and none of NVIDIA's software."""
     mig_config = pool.mig.config_name if isinstance(pool.mig, OperatorManagedMig) else None
     labels = {POOL_LABEL: pool.name, GPU_MODEL_LABEL: gpu.name, **pool.labels}
+    aks_spot = {AKS_SPOT_LABEL: "spot"} if pool.spot is not None and pool.kind == "agentpool" else {}
+    if gpu.vendor == "amd":
+        parts = pool.amd_partitions
+        dcm = parts.profile if parts is not None and parts.managed_by == "operator" else None
+        return labels | amd_operator.node_labels(pool.advertiser, dcm) | aks_spot
     if pool.gpu_management == "managed":
         # AKS runs the device plugin and DCGM exporter there: none of the chart's GPU software may (one owner)
         labels[DEPLOY_OPERANDS_LABEL] = "false"
@@ -186,9 +218,7 @@ def pool_labels(
     )
     if operator_driver_in_cluster and pool.driver == "aks":
         labels[DEPLOY_DRIVER_LABEL] = "false"
-    if pool.spot is not None and pool.kind == "agentpool":  # AKS's own; NAP nodes carry karpenter.sh/capacity-type
-        labels[AKS_SPOT_LABEL] = "spot"
-    return labels
+    return labels | aks_spot  # AKS's own spot label; NAP nodes carry karpenter.sh/capacity-type
 
 
 def pool_plan(
@@ -211,6 +241,7 @@ def pool_plan(
     whole = size.gpu_count.denominator == 1
     sharing = sharing_plan(pool)
     aks_spot = pool.spot is not None and pool.kind == "agentpool"
+    amd = gpu.vendor == "amd"
     plan = PoolPlan(
         name=pool.name,
         aks_name=aks_pool_name(pool),
@@ -231,7 +262,8 @@ def pool_plan(
         os_sku=pool.os_sku,
         kubernetes=stack.release.kubernetes,
         node_public_ip=stack.aks.cluster.security.node_public_ip,
-        driver=pool.driver,
+        # AKS installs no AMD driver: an AMD pool's is the AMD GPU Operator's (gpuProfile.driver None)
+        driver="operator" if amd else pool.driver,
         aks_gpu_driver=pool.aks_gpu_driver,
         taints=(*pool.taints, *([AKS_SPOT_TAINT] if aks_spot else [])),
         labels=pool_labels(pool, gpu, chart, sharing, operator_driver_in_cluster=operator_driver, cr=cr),
@@ -246,6 +278,10 @@ def pool_plan(
         nvlink_multi_node=whole and nvlink_multi_node(gpu, gpus),
         kind=pool.kind,
         gpu_management=pool.gpu_management,
+        vendor=gpu.vendor,
+        amd_partitions=(
+            amd_partition_plan(gpu, pool.amd_partitions, gpus or None) if pool.amd_partitions is not None else None
+        ),
     )
     if pool.kind == "nap":
         return plan
@@ -310,23 +346,45 @@ def cluster_plan(
     aks = stack.aks
     assert aks is not None
     spec = aks.cluster
-    operator_driver = any(p.driver == "operator" for p in aks.gpu_pools)
-    cr = operator_cr(p.advertiser for p in aks.gpu_pools)
-    operator_mig = any(isinstance(p.mig, OperatorManagedMig) for p in aks.gpu_pools)
-    chart = cluster_chart(operator_driver, operator_mig, dra=cr != CLUSTER_POLICY)
-    pools = []
+    sized = []
     for pool in aks.gpu_pools:
         size = catalog.vm_size(pool.vm_size)
         assert size is not None, "plan_stack needs a validated stack"
-        gpu = catalog.gpu(size.gpu)
-        pools.append(pool_plan(stack, pool, size, gpu, chart, operator_driver=operator_driver, cr=cr))
+        sized.append((pool, size, catalog.gpu(size.gpu)))
+    # NVIDIA's chart is chosen from the NVIDIA pools alone; AMD pools get the AMD GPU Operator (docs/amd.md)
+    nvidia = [pool for pool, _, gpu in sized if gpu.vendor == "nvidia"]
+    operator_driver = any(p.driver == "operator" for p in nvidia)
+    cr = operator_cr(p.advertiser for p in nvidia)
+    operator_mig = any(isinstance(p.mig, OperatorManagedMig) for p in nvidia)
+    chart = cluster_chart(operator_driver, operator_mig, dra=cr != CLUSTER_POLICY)
+    pools = [pool_plan(stack, p, size, gpu, chart, operator_driver=operator_driver, cr=cr) for p, size, gpu in sized]
+    nvidia_pools = [p for p in pools if p.vendor == "nvidia"]
     # the GPU Operator's migManager.config: one mig-parted config for the cluster
     mig_config = mig_parted_config(layouts) if layouts else None
     system_taints = (SYSTEM_POOL_TAINT,)
     pins = stack.release.model_dump()
+    gpu_taints = [t for p in pools for t in p.taints]  # one NFD labels every GPU node: its worker tolerates them all
     software = for_aks(
-        pools, system_taints, mig_config, monitoring=aks.gpu_software.monitoring, dra_version=dra_driver_version(pins)
+        nvidia_pools,
+        system_taints,
+        mig_config,
+        monitoring=aks.gpu_software.monitoring,
+        dra_version=dra_driver_version(pins),
+        gpu_taints=gpu_taints,
     )
+    amd_pools = [p for p in pools if p.vendor == "amd"]
+    amd_release = None
+    if amd_pools:
+        amd = amd_operator.for_aks(
+            amd_pools,
+            system_taints,
+            driver_version=pins.get("amdgpu"),
+            nfd=not (nvidia_pools and deploys_nfd(chart, software)),
+            nfd_taints=gpu_taints,
+            driver_image=aks.gpu_software.amd_driver_image,
+            driver_image_secret=aks.gpu_software.amd_driver_image_secret,
+        )
+        amd_release = amd_operator.amd_chart_release(pins, aks.gpu_software, amd)
     name = cluster_name(stack)
     cluster = ClusterPlan(
         name=name,
@@ -346,14 +404,17 @@ def cluster_plan(
         system_pool_encryption_at_host=spec.security.encryption_at_host,
         autoscaler=spec.autoscaler_profile,
         tags=stack_tags(stack),
-        gpu_chart=chart,
+        gpu_chart=chart if nvidia_pools else None,
         mig_strategy=cluster_strategy(p.mig.strategy for p in pools if p.mig and p.mig.managed_by == "operator"),
         mig_parted_config=mig_config,
-        gpu_software=chart_release(chart, pins, aks.gpu_software, software, aks.gpu_software.namespace),
-        operator_cr=cr if chart == GPU_OPERATOR_CHART else None,
+        gpu_software=(
+            chart_release(chart, pins, aks.gpu_software, software, aks.gpu_software.namespace) if nvidia_pools else None
+        ),
+        operator_cr=cr if chart == GPU_OPERATOR_CHART and nvidia_pools else None,
         node_provisioning="Auto" if any(p.kind == "nap" for p in aks.gpu_pools) else "Manual",
         gpu_metrics=aks.gpu_software.monitoring,
         remediation=aks.remediation,
+        amd_gpu_software=amd_release,
     )
     return cluster, tuple(pools)
 
@@ -396,6 +457,15 @@ def host_group_plan(stack: Stack, group: HostGroup, catalog: Catalog, cr: Operat
             )
             for chart in CHART_PINS
         }
+    amd_parts = (
+        amd_partition_plan(gpu, group.amd_partitions, group.gpus_per_host)
+        if gpu is not None and group.amd_partitions is not None
+        else None
+    )
+    if gpu is not None and gpu.vendor == "amd":  # the AMD GPU Operator's labels, none of NVIDIA's charts
+        dcm = amd_parts.profile if amd_parts is not None and amd_parts.managed_by == "operator" else None
+        labels = {chart: {} for chart in CHART_PINS}
+        labels[amd_operator.AMD_GPU_OPERATOR_CHART] = amd_operator.node_labels(group.advertiser, dcm)
     return HostGroupPlan(
         name=group.name,
         gpu_model=gpu.name if gpu else None,
@@ -409,6 +479,8 @@ def host_group_plan(stack: Stack, group: HostGroup, catalog: Catalog, cr: Operat
         virtualization=group.virtualization,
         advertiser=group.advertiser,
         nvlink_multi_node=gpu is not None and nvlink_multi_node(gpu, group.gpus_per_host),
+        vendor=gpu.vendor if gpu is not None else None,
+        amd_partitions=amd_parts,
     )
 
 
@@ -422,7 +494,9 @@ def baremetal_releases(
 ) -> dict[str, ChartRelease]:
     """The release of each chart ``ansible/playbooks/kubernetes.yml`` can install on a bare-metal cluster, from the
     charts' own repositories, each in the namespace named as the chart (the roles' defaults); driver and toolkit
-    come from the host roles unless a flag says otherwise."""
+    come from the host roles unless a flag says otherwise. With AMD host groups and the stack's
+    ``release.amd_gpu_operator``, also the AMD GPU Operator's (in its default namespace, kube-amd-gpu), which brings its
+    own NFD only where no NVIDIA host group is (the GPU Operator's NFD, the default chart's, then labels them all)."""
     software = for_baremetal(
         host_groups,
         mig_config,
@@ -430,7 +504,16 @@ def baremetal_releases(
         toolkit_preinstalled=toolkit_preinstalled,
         dra_version=dra_driver_version(pins),
     )
-    return {chart: chart_release(chart, pins, GpuSoftware(), software, None) for chart in CHART_PINS}
+    releases = {chart: chart_release(chart, pins, GpuSoftware(), software, None) for chart in CHART_PINS}
+    amd_groups = [g for g in host_groups if g.vendor == "amd"]
+    if amd_groups and pins.get(amd_operator.AMD_RELEASE_PIN):
+        amd = amd_operator.for_baremetal(
+            amd_groups,
+            driver_version=pins.get("amdgpu"),
+            nfd=not any(g.vendor == "nvidia" for g in host_groups),
+        )
+        releases[amd_operator.AMD_GPU_OPERATOR_CHART] = amd_operator.amd_chart_release(pins, GpuSoftware(), amd)
+    return releases
 
 
 def baremetal_plan(stack: Stack, host_groups: tuple[HostGroupPlan, ...], layouts: list[NamedLayout]) -> BaremetalPlan:
@@ -443,7 +526,7 @@ def baremetal_plan(stack: Stack, host_groups: tuple[HostGroupPlan, ...], layouts
         rollout=bm.rollout,
         mig_parted_config=mig_config,
         releases=baremetal_releases(stack.release.model_dump(), host_groups, mig_config),
-        operator_cr=baremetal_operator_cr(stack),
+        operator_cr=operator_cr(g.advertiser for g in host_groups if g.gpu_model is not None and g.vendor != "amd"),
         engine=bm.engine,
         hosts=tuple(bm.hosts),
         metal3=bm.metal3,
@@ -454,10 +537,14 @@ def baremetal_plan(stack: Stack, host_groups: tuple[HostGroupPlan, ...], layouts
     )
 
 
-def baremetal_operator_cr(stack: Stack) -> OperatorCr:
-    """The custom resource of a bare-metal stack's GPU Operator: from its GPU host groups' advertisers."""
+def baremetal_operator_cr(stack: Stack, catalog: Catalog) -> OperatorCr:
+    """The custom resource of a bare-metal stack's GPU Operator: from its NVIDIA GPU host groups' advertisers."""
     assert stack.baremetal is not None
-    return operator_cr(g.advertiser for g in stack.baremetal.host_groups if g.gpu_model is not None)
+    return operator_cr(
+        g.advertiser
+        for g in stack.baremetal.host_groups
+        if g.gpu_model is not None and (gpu := catalog.find_gpu(g.gpu_model)) is not None and gpu.vendor != "amd"
+    )
 
 
 def plan_stack(stack: Stack, catalog: Catalog) -> StackPlan:
@@ -467,14 +554,14 @@ def plan_stack(stack: Stack, catalog: Catalog) -> StackPlan:
     host_groups: tuple[HostGroupPlan, ...] = ()
     baremetal = None
     if stack.baremetal is not None:
-        cr = baremetal_operator_cr(stack)
+        cr = baremetal_operator_cr(stack, catalog)
         host_groups = tuple(host_group_plan(stack, g, catalog, cr) for g in stack.baremetal.host_groups)
         baremetal = baremetal_plan(stack, host_groups, host_layouts)
     return StackPlan(
         stack=stack.name,
         stage=stack.stage,
         region=stack.region,
-        release=stack.release.model_dump(),
+        release=stack.release.model_dump(exclude_none=True),
         cluster=cluster,
         pools=pools,
         baremetal=baremetal,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.host.owners import HOST_DRIVER, OPERATOR_DRIVER
+from gpufleet.kube import amd_operator
 from gpufleet.kube.gpu_software import CHART_PINS, ChartRelease, label_patch
 from gpufleet.mig.outputs import mig_parted_config
 from gpufleet.plan.build import baremetal_releases, plan_stack
@@ -76,6 +77,8 @@ def stack_view(plan: StackPlan) -> dict[str, Any]:
 
 
 def _chart_view(plan: StackPlan, release: ChartRelease, labels: dict[str, str] | None) -> dict[str, Any]:
+    amd = release.chart == amd_operator.AMD_GPU_OPERATOR_CHART
+    patch = amd_operator.label_patch if amd else lambda labels: label_patch(release.chart, labels)
     return {
         "stack": plan.stack,
         "host_groups": [g.name for g in plan.host_groups],
@@ -86,7 +89,9 @@ def _chart_view(plan: StackPlan, release: ChartRelease, labels: dict[str, str] |
         "values": release.values,
         # None: the host is in none of the stack's host groups (the roles stop there, naming them)
         "node_labels": labels,
-        "label_patch": label_patch(release.chart, labels) if labels is not None else None,
+        "label_patch": patch(labels) if labels is not None else None,
+        # the AMD GPU Operator's DCM ConfigMap, which the release's values hold and which is created beside it
+        **({"config_map": amd_operator.dcm_config_map(release)} if amd else {}),
     }
 
 
@@ -100,7 +105,9 @@ def host_view(
     """:func:`stack_view` plus what one host in the inventory groups ``group_names`` gets from its host group
     (:meth:`StackPlan.host_group_of`): the tuning profile (the default one outside every group), the MIG layout
     (``""``: none), and per chart the release ``kubernetes.yml`` installs and the host's node labels. The flags say
-    whether the host roles installed driver and toolkit (the GPU Operator's own daemonsets stay off). The owners the
+    whether the host roles installed driver and toolkit (the GPU Operator's own daemonsets stay off; the AMD GPU
+    Operator's driver likewise). With AMD host groups and ``release.amd_gpu_operator``, ``charts`` also has the AMD GPU
+    Operator's release (``gpu-operator-charts``, with ``config_map``: its DCM ConfigMap or None). The owners the
     host must show (``verify``'s owners column): ``driver_owner`` (None on hosts without GPUs in their group) and
     ``advertiser``; ``compute_domains``: the DRA driver runs the IMEX daemons of ComputeDomains on the host, whose
     own ``nvidia-imex`` service the ``nvidia_driver`` role masks."""
@@ -126,12 +133,17 @@ def host_view(
         "virtualization": plain(group.virtualization) if group is not None and group.virtualization else None,
         "advertiser": group.advertiser if group is not None else None,
         "compute_domains": group is not None and group.compute_domains,
+        "vendor": group.vendor if group is not None else None,
+        # AMD Instinct partitions (the amd_partition role applies them where managed_by is host): {managed_by, profile,
+        # memory, groups: [{compute, gpus}], skipped_gpus, logical_gpus, memory_gib}
+        "amd_partitions": plain(group.amd_partitions) if group is not None and group.amd_partitions else None,
         "driver_owner": (HOST_DRIVER if driver_preinstalled else OPERATOR_DRIVER)
         if group is not None and group.gpu_model is not None
         else None,
         "charts": {
-            chart: _chart_view(plan, releases[chart], group.node_labels[chart] if group is not None else None)
-            for chart in CHART_PINS
+            chart: _chart_view(plan, releases[chart], group.node_labels.get(chart, {}) if group is not None else None)
+            for chart in (*CHART_PINS, amd_operator.AMD_GPU_OPERATOR_CHART)
+            if chart in releases
         },
     }
     return view

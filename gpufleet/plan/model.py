@@ -136,6 +136,37 @@ class MigPlan:
 
 
 @dataclass(frozen=True)
+class AmdPartitionGroupPlan:
+    """GPUs of a node in one AMD compute partition mode (DCM's computePartition and numGPUsAssigned)."""
+
+    compute: str  # SPX, DPX, QPX, CPX
+    gpus: int | Literal["all"]
+
+
+@dataclass(frozen=True)
+class AmdPartitionPlan:
+    """The AMD Instinct partitions of a pool's nodes or a host group's hosts (gpufleet.mig.amd_partitions).
+
+    ``managed_by``: ``host`` (the ``amd_partition`` role) or ``operator`` (the AMD GPU Operator's Device Config
+    Manager applies ``profile``, chosen by the node label ``dcm.amd.com/gpu-config-profile``). ``logical_gpus``: per
+    pair (``cpx_nps4``) the logical GPUs a node gets, None where the node's GPU count is unknown; ``memory_gib``: the
+    memory of each logical GPU of each pair (derived: the GPU's memory split evenly)."""
+
+    managed_by: Literal["host", "operator"]
+    profile: str
+    memory: str  # NPS1, NPS2, NPS4
+    groups: tuple[AmdPartitionGroupPlan, ...]
+    skipped_gpus: tuple[int, ...]
+    logical_gpus: dict[str, int] | None
+    memory_gib: dict[str, float]
+
+    @property
+    def pairs(self) -> tuple[str, ...]:
+        """The layout's pairs as resource suffixes (``cpx_nps4``), in the order of its groups."""
+        return tuple(dict.fromkeys(f"{g.compute}_{self.memory}".lower() for g in self.groups))
+
+
+@dataclass(frozen=True)
 class SharingPlan:
     """GPU sharing of a pool's nodes; ``config_name`` is the device-plugin config its nodes are labelled with."""
 
@@ -220,6 +251,8 @@ class PoolPlan:
     gpu_management: Literal["unmanaged", "managed"] = "unmanaged"
     # the AKS API the pool's AgentPool needs (gpufleet.azure.aks_api.pool_api); None for kind nap
     api: PoolApi | None = None
+    vendor: Literal["nvidia", "amd"] = "nvidia"  # whose GPU software serves the pool (docs/amd.md)
+    amd_partitions: AmdPartitionPlan | None = field(default=None, metadata=OMIT_NONE)
 
     @property
     def kubelet_config(self) -> bool:
@@ -249,10 +282,10 @@ class ClusterPlan:
     system_pool_encryption_at_host: bool
     autoscaler: AutoscalerProfile
     tags: dict[str, str]
-    gpu_chart: str
+    gpu_chart: str | None  # the NVIDIA chart; None: no NVIDIA pool
     mig_strategy: Literal["single", "mixed"] | None
     mig_parted_config: dict[str, Any] | None
-    gpu_software: ChartRelease
+    gpu_software: ChartRelease | None  # NVIDIA's GPU software; None: no NVIDIA pool
     # the GPU Operator's custom resource (from the pools' advertisers); None with the standalone device plugin chart
     operator_cr: OperatorCr | None
     # Auto: node auto-provisioning (Karpenter) is on, for the stack's kind nap pools (nodeProvisioningProfile.mode)
@@ -261,6 +294,8 @@ class ClusterPlan:
     gpu_metrics: bool = False
     # GPU faults of the pools' nodes (aks.remediation): gpufleet.kube.node_remediation's objects; None: not configured
     remediation: Remediation | None = field(default=None, metadata=OMIT_NONE)
+    # the AMD GPU Operator's release for the AMD pools (gpufleet.kube.amd_operator); None: no AMD pool
+    amd_gpu_software: ChartRelease | None = field(default=None, metadata=OMIT_NONE)
 
     def addon(self, name: str) -> AddonPlan | None:
         """The add-on ``name`` when it is enabled."""
@@ -288,6 +323,8 @@ class HostGroupPlan:
     virtualization: Virtualization | None = field(default=None, metadata=OMIT_NONE)
     advertiser: Advertiser = "device-plugin"  # what makes its GPUs allocatable (docs/kubernetes.md)
     nvlink_multi_node: bool = False  # its GPUs' NVLink domain spans hosts (GB200/GB300 NVL72): DRA ComputeDomains
+    vendor: Literal["nvidia", "amd"] | None = None  # its GPUs' vendor; None: hosts without GPUs
+    amd_partitions: AmdPartitionPlan | None = field(default=None, metadata=OMIT_NONE)
 
     @property
     def vgpu(self) -> Vgpu | None:

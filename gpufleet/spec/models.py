@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from gpufleet.catalog import AmdComputeMode, AmdMemoryMode
 from gpufleet.spec.types import (
     LABEL_KEY_RE,
     Action,
@@ -43,6 +44,10 @@ from gpufleet.spec.types import (
 
 # -- release -------------------------------------------------------------------------------------------------
 
+# AMD's driver releases are numbered like 30.10.1 (ROCm 7.0 era) or 6.4.1 (before); ROCm like 7.0.1
+AmdgpuVersion = Annotated[str, matching(r"\d+\.\d+(\.\d+)?", "an amdgpu release such as '30.10.1'")]
+RocmVersion = Annotated[str, matching(r"\d+\.\d+(\.\d+)?", "a ROCm release such as '7.0.1'")]
+
 
 class Release(StrictModel):
     """Pinned versions: the block promotion copies from stack to stack, and only it. Every pin is required, so a
@@ -57,6 +62,12 @@ class Release(StrictModel):
     container_toolkit: SemVer
     dra_driver: SemVer = Field(description="NVIDIA DRA driver for GPUs (dra-driver-nvidia-gpu) version, e.g. v0.5.0")
     nfd: SemVer = Field(description="Node Feature Discovery version the GPU charts carry, e.g. v0.19.0")
+    # AMD Instinct pins (docs/amd.md): required where the stack has AMD GPUs (gpufleet.spec.rules), absent otherwise
+    amd_gpu_operator: SemVer | None = Field(None, description="AMD GPU Operator Helm chart version, e.g. v1.5.1")
+    amdgpu: AmdgpuVersion | None = Field(None, description="AMD's amdgpu driver release (amdgpu-dkms), e.g. '30.10.1'")
+    rocm: RocmVersion | None = Field(
+        None, description="the ROCm release the hosts get (amd-smi, rocminfo), e.g. '7.0.1'"
+    )
 
 
 # -- tuning --------------------------------------------------------------------------------------------------
@@ -214,6 +225,44 @@ class OperatorManagedMig(MigLayout):
 PoolMig = Annotated[AksManagedMig | OperatorManagedMig, Field(discriminator="managed_by")]
 
 
+class AmdPartitionGroup(StrictModel):
+    """GPUs of a node in one compute partition mode (a Device Config Manager profile entry: computePartition,
+    numGPUsAssigned)."""
+
+    compute: AmdComputeMode
+    gpus: int | Literal["all"] = Field("all", description="how many of the node's GPUs (in PCI order), or all")
+
+    @field_validator("gpus")
+    @classmethod
+    def _positive(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 1 <= v <= 64:
+            raise invalid(f"{v} is not a GPU count: 1-64, or 'all'")
+        return v
+
+
+class AmdPartitions(StrictModel):
+    """AMD Instinct partitions of a node's GPUs (docs/amd.md): one memory (NPS) mode for the whole node (the driver
+    applies it hive-wide), compute modes per group of GPUs; ``managed_by`` host: the ``amd_partition`` role sets them
+    on bare-metal hosts; operator: the AMD GPU Operator's Device Config Manager applies the ``profile`` chosen by the
+    node label ``dcm.amd.com/gpu-config-profile``."""
+
+    managed_by: Literal["host", "operator"] = "host"
+    profile: LabelValue = Field(description="the layout's name: the Device Config Manager profile and its node label")
+    memory: AmdMemoryMode = Field("NPS1", description="the memory partition mode of every GPU of the node")
+    devices: list[AmdPartitionGroup] = Field(min_length=1)
+    skipped_gpus: list[Annotated[int, Field(ge=0, le=63)]] = Field(
+        default_factory=list, description="GPU indexes (PCI order) left as they are (DCM's skippedGPUs)"
+    )
+
+    @model_validator(mode="after")
+    def _groups(self) -> AmdPartitions:
+        if len(self.devices) > 1 and any(g.gpus == "all" for g in self.devices):
+            raise invalid("a device group with gpus: all must be the only group")
+        if len(set(self.skipped_gpus)) != len(self.skipped_gpus):
+            raise invalid("skipped_gpus names a GPU twice")
+        return self
+
+
 # -- AKS -----------------------------------------------------------------------------------------------------
 
 
@@ -338,6 +387,9 @@ class GpuPool(StrictModel):
     tuning: PoolTuning = Field(default_factory=PoolTuning)
     upgrade: Upgrade | None = Field(None, description="default: max_surge '33%', or max_unavailable 1 on spot")
     advertiser: Advertiser = ADVERTISER_FIELD
+    amd_partitions: AmdPartitions | None = Field(
+        None, description="AMD GPUs: compute x memory partitions (managed_by operator: the AMD GPU Operator's DCM)"
+    )
 
     @field_validator("labels")
     @classmethod
@@ -359,9 +411,19 @@ class GpuPool(StrictModel):
         return self
 
     @property
+    def amd(self) -> bool:
+        """The pool's size has AMD GPUs (the catalog's; an unknown size: no)."""
+        from gpufleet.catalog import load_catalog
+
+        catalog = load_catalog()
+        size = catalog.vm_size(self.vm_size)
+        return size is not None and catalog.gpu(size.gpu).vendor == "amd"
+
+    @property
     def aks_gpu_driver(self) -> Literal["Install", "None"]:
-        """AKS ``gpuProfile.driver``: AKS installs the driver unless the GPU Operator owns it."""
-        return "None" if self.driver == "operator" else "Install"
+        """AKS ``gpuProfile.driver``: AKS installs the driver unless the GPU Operator owns it; it installs no AMD driver
+        (the AMD GPU Operator does: AKS documents its AMD pools with the GPU driver install skipped)."""
+        return "None" if self.driver == "operator" or self.amd else "Install"
 
     @property
     def node_range(self) -> tuple[int, int, int]:
@@ -608,6 +670,9 @@ class Cluster(StrictModel):
 # The charts' Helm repositories (the NVIDIA documentation's); a stack may point at a mirror instead.
 GPU_OPERATOR_REPOSITORY = "https://helm.ngc.nvidia.com/nvidia"
 DEVICE_PLUGIN_REPOSITORY = "https://nvidia.github.io/k8s-device-plugin"
+# AMD's chart repository and namespace (../shared/reference/amd-instinct.md §4, docs/installation/kubernetes-helm.md)
+AMD_GPU_OPERATOR_REPOSITORY = "https://rocm.github.io/gpu-operator"
+AMD_GPU_OPERATOR_NAMESPACE = "kube-amd-gpu"
 
 HelmRepository = Annotated[str, matching(r"(https|oci)://[^\s]+", "an https:// or oci:// Helm repository URL")]
 Namespace = Annotated[
@@ -615,14 +680,44 @@ Namespace = Annotated[
 ]
 
 
+# An image reference's parts, as the GPU Operator's ClusterPolicy takes them (repository, image, version): a
+# registry host[:port] and path without a scheme or tag; the image name as the CRD's pattern allows; a tag.
+ImageRepository = Annotated[
+    str,
+    matching(
+        r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:\d{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*",
+        "a registry host and path without scheme or tag, e.g. 'registry.example.net/nvidia'",
+    ),
+]
+ImageName = Annotated[str, matching(r"[a-zA-Z0-9-]+", "letters, digits and '-' (the image name, without a tag)")]
+ImageTag = Annotated[str, matching(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", "an image tag, e.g. '580.95.02'")]
+SecretName = Annotated[
+    str,
+    matching(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", "a Kubernetes Secret name (DNS-1123)"),
+]
+
+
 class GpuSoftware(StrictModel):
     """The cluster's GPU software. gpufleet picks the chart from the pools: the GPU Operator when a pool leaves the
-    driver or the MIG layout to it, else the NVIDIA device plugin alone (AKS installs driver and toolkit)."""
+    driver or the MIG layout to it, else the NVIDIA device plugin alone (AKS installs driver and toolkit); AMD pools
+    get the AMD GPU Operator (docs/amd.md), each vendor's software on its own pools only."""
 
     namespace: Namespace | None = Field(None, description="default: gpu-operator, or nvidia-device-plugin")
-    monitoring: bool = Field(False, description="a Prometheus operator scrapes DCGM exporter (ServiceMonitor)")
+    monitoring: bool = Field(
+        False, description="a Prometheus operator scrapes DCGM exporter (and AMD's metrics exporter): ServiceMonitors"
+    )
     gpu_operator_repository: HelmRepository = GPU_OPERATOR_REPOSITORY
     device_plugin_repository: HelmRepository = DEVICE_PLUGIN_REPOSITORY
+    amd_namespace: Namespace = Field(AMD_GPU_OPERATOR_NAMESPACE, description="the AMD GPU Operator's namespace")
+    amd_gpu_operator_repository: HelmRepository = AMD_GPU_OPERATOR_REPOSITORY
+    amd_driver_image: ImageRepository | None = Field(
+        None,
+        description="the repository (no tag) the AMD GPU Operator pushes the amdgpu driver image it builds to and its"
+        " nodes pull it from: required with AMD pools on AKS, where the operator installs the driver",
+    )
+    amd_driver_image_secret: SecretName | None = Field(
+        None, description="a Secret of the AMD operator's namespace with the credentials to push and pull that image"
+    )
 
 
 RemediationEngine = Literal["ansible", "node-healthcheck"]
@@ -660,23 +755,6 @@ class Aks(StrictModel):
 
 
 # -- bare metal ----------------------------------------------------------------------------------------------
-
-
-# An image reference's parts, as the GPU Operator's ClusterPolicy takes them (repository, image, version): a
-# registry host[:port] and path without a scheme or tag; the image name as the CRD's pattern allows; a tag.
-ImageRepository = Annotated[
-    str,
-    matching(
-        r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:\d{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*",
-        "a registry host and path without scheme or tag, e.g. 'registry.example.net/nvidia'",
-    ),
-]
-ImageName = Annotated[str, matching(r"[a-zA-Z0-9-]+", "letters, digits and '-' (the image name, without a tag)")]
-ImageTag = Annotated[str, matching(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", "an image tag, e.g. '580.95.02'")]
-SecretName = Annotated[
-    str,
-    matching(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*", "a Kubernetes Secret name (DNS-1123)"),
-]
 
 
 class Vgpu(StrictModel):
@@ -771,11 +849,16 @@ class HostGroup(StrictModel):
     mig: MigLayout | None = None
     virtualization: Virtualization | None = Field(None, description="GPU VMs on these hosts (gpufleet virt plan)")
     advertiser: Advertiser = ADVERTISER_FIELD
+    amd_partitions: AmdPartitions | None = Field(
+        None, description="AMD GPUs: compute x memory partitions (the amd_partition role, or the operator's DCM)"
+    )
 
     @model_validator(mode="after")
     def _gpu_fields(self) -> HostGroup:
-        if self.gpu_model is None and (self.gpus_per_host is not None or self.mig is not None):
-            raise invalid("gpus_per_host and mig need gpu_model")
+        if self.gpu_model is None and (
+            self.gpus_per_host is not None or self.mig is not None or self.amd_partitions is not None
+        ):
+            raise invalid("gpus_per_host, mig and amd_partitions need gpu_model")
         if self.gpu_model is None and self.virtualization is not None and self.virtualization.device == "gpu":
             raise invalid("virtualization with device gpu needs gpu_model (or device: vf on hosts without GPUs)")
         if self.mig is not None and self.gpu_vms:

@@ -6,6 +6,11 @@ and the DRA kubelet plugin), two MIG managers. A stack's keys *claim* owners: an
 of a node has one owner; two different owners claimed for one concern are a conflict, reported at the key that
 chose the second, naming both owners and both keys. :func:`owners` is the table of a target (AKS pool or host
 group). The live side is :mod:`gpufleet.host.owners`: ``verify``'s owners column reads what each owner left on a host.
+
+AMD Instinct pools and host groups (docs/amd.md) have AMD's owners: the AMD GPU Operator's driver (AKS installs none)
+or the ``amd_driver`` role's, and the AMD GPU Operator's device plugin or DRA driver (one DeviceConfig runs one of
+them); no container toolkit (AMD's device plugin hands pods the device nodes itself). A pool's or group's vendor is
+its GPU's in the catalog, unless the caller names it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Literal
 from gpufleet.common.diagnostics import Finding, Path, format_path
 from gpufleet.spec.models import AksManagedMig, GpuPool, HostGroup, OperatorManagedMig
 
+Vendor = Literal["nvidia", "amd"]
+
 Concern = Literal["driver", "toolkit", "advertiser", "mig"]
 CONCERNS: tuple[Concern, ...] = ("driver", "toolkit", "advertiser", "mig")
 
@@ -25,6 +32,10 @@ AKS_DEVICE_PLUGIN = "AKS's own device plugin"
 DRA_DRIVER = "the NVIDIA DRA driver (the GPU Operator's GPUCluster)"
 DEVICE_PLUGIN = "the NVIDIA device plugin"
 NO_ADVERTISER = "nothing (advertiser none)"
+AMD_OPERATOR_DRIVER = "the AMD GPU Operator (its DeviceConfig's driver, through KMM)"
+AMD_HOST_DRIVER = "the amd_driver role"
+AMD_DEVICE_PLUGIN = "the AMD device plugin (the AMD GPU Operator's DeviceConfig)"
+AMD_DRA_DRIVER = "the AMD DRA driver (the AMD GPU Operator's DeviceConfig)"
 
 # what to do about a conflict, per concern, when one side is AKS's managed GPU stack
 _MANAGED_FIX = {
@@ -43,13 +54,48 @@ class Claim:
     owner: str
     key: Path
     value: str
+    gpu: str = "NVIDIA"  # whose GPUs' concern it is, as a conflict names it (the NVIDIA driver, the AMD driver)
 
     def named(self) -> str:
         return f"{self.owner} ({format_path(self.key)}: {self.value})"
 
 
-def pool_claims(pool: GpuPool, path: Path) -> list[Claim]:
-    """What an AKS pool's keys make each concern's owner on its nodes."""
+def _pool_vendor(pool: GpuPool) -> Vendor:
+    from gpufleet.catalog import load_catalog
+
+    catalog = load_catalog()
+    size = catalog.vm_size(pool.vm_size)
+    gpu = catalog.find_gpu(size.gpu) if size is not None and size.gpu else None
+    return "amd" if gpu is not None and gpu.vendor == "amd" else "nvidia"
+
+
+def _group_vendor(group: HostGroup) -> Vendor:
+    from gpufleet.catalog import load_catalog
+
+    gpu = load_catalog().find_gpu(group.gpu_model) if group.gpu_model else None
+    return "amd" if gpu is not None and gpu.vendor == "amd" else "nvidia"
+
+
+def amd_advertiser_claim(advertiser: str, key: Path) -> Claim:
+    """Who advertises an AMD target's GPUs: AMD's device plugin, AMD's DRA driver, or none."""
+    owner = {"dra": AMD_DRA_DRIVER, "none": NO_ADVERTISER}.get(advertiser, AMD_DEVICE_PLUGIN)
+    return Claim("advertiser", owner, key, advertiser, "AMD")
+
+
+def amd_pool_claims(pool: GpuPool, path: Path) -> list[Claim]:
+    """An AMD pool: AKS installs no AMD driver, whatever ``driver`` says (the rules refuse ``driver: aks`` there), so
+    the AMD GPU Operator owns it because of the pool's size; its DeviceConfig advertises the GPUs."""
+    return [
+        Claim("driver", AMD_OPERATOR_DRIVER, (*path, "vm_size"), pool.vm_size, "AMD"),
+        amd_advertiser_claim(pool.advertiser, (*path, "advertiser")),
+    ]
+
+
+def pool_claims(pool: GpuPool, path: Path, vendor: Vendor | None = None) -> list[Claim]:
+    """What an AKS pool's keys make each concern's owner on its nodes (``vendor``: its GPUs', default the
+    catalog's)."""
+    if (vendor or _pool_vendor(pool)) == "amd":
+        return amd_pool_claims(pool, path)
     claims: list[Claim] = []
     if pool.gpu_management == "managed":
         managed = (*path, "gpu_management")
@@ -75,12 +121,19 @@ def pool_claims(pool: GpuPool, path: Path) -> list[Claim]:
     return claims
 
 
-def host_group_claims(group: HostGroup, path: Path) -> list[Claim]:
+def host_group_claims(group: HostGroup, path: Path, vendor: Vendor | None = None) -> list[Claim]:
     """What a bare-metal host group's keys make each concern's owner: the host roles own the driver and the toolkit
-    (site.yml; the GPU Operator gets driver.enabled/toolkit.enabled false), the mig role its layout."""
+    (site.yml; the GPU Operator gets driver.enabled/toolkit.enabled false), the mig role its layout. An AMD group
+    (``vendor``, default the catalog's): the amd_driver role owns the driver (the AMD GPU Operator's driver.enable is
+    false), the AMD GPU Operator's DeviceConfig advertises."""
     if group.gpu_model is None:
         return []
     model = (*path, "gpu_model")
+    if (vendor or _group_vendor(group)) == "amd":
+        return [
+            Claim("driver", AMD_HOST_DRIVER, model, group.gpu_model, "AMD"),
+            amd_advertiser_claim(group.advertiser, (*path, "advertiser")),
+        ]
     claims = [
         Claim("driver", "the nvidia_driver role", model, group.gpu_model),
         Claim("toolkit", "the nvidia_container_toolkit role", model, group.gpu_model),
@@ -105,7 +158,7 @@ def conflicts(claims: Sequence[Claim]) -> Iterator[Finding]:
                 continue
             reported.add((first.key, other.key))
             verb = "advertise" if concern == "advertiser" else "own"
-            what = {"advertiser": "its GPUs", "mig": "its MIG layout"}.get(concern, f"the NVIDIA {concern}")
+            what = {"advertiser": "its GPUs", "mig": "its MIG layout"}.get(concern, f"the {other.gpu} {concern}")
             aks_side = {first.owner, other.owner} & {AKS_MANAGED, AKS_DEVICE_PLUGIN}
             fix = _MANAGED_FIX.get(concern, "") if aks_side else ""
             yield Finding(
@@ -121,3 +174,20 @@ def owners(claims: Sequence[Claim]) -> dict[Concern, Claim]:
     for claim in claims:
         table.setdefault(claim.concern, claim)
     return table
+
+
+def deviceconfig_conflicts(claims: Sequence[Claim]) -> Iterator[Finding]:
+    """One cluster's AMD advertisers (``claims``: the advertiser claims of its AMD pools or host groups, in the stack's
+    order): its one DeviceConfig runs the AMD device plugin or the AMD DRA driver, never both (the operator refuses
+    a DeviceConfig with both), so every AMD target that is advertised has the first one's advertiser; each other one
+    is a finding at its key, naming both. Advertiser none is not advertised (the operator serves none of it)."""
+    advertised = [c for c in claims if c.concern == "advertiser" and c.owner in (AMD_DEVICE_PLUGIN, AMD_DRA_DRIVER)]
+    first = advertised[0] if advertised else None
+    for other in advertised[1:]:
+        if first is not None and other.owner != first.owner:
+            yield Finding(
+                other.key,
+                f"advertiser: {other.named()} and {first.named()} would both advertise this cluster's AMD GPUs; the"
+                " AMD GPU Operator's one DeviceConfig runs one of them: give every AMD pool or host group the same"
+                " advertiser",
+            )

@@ -28,6 +28,8 @@ from gpufleet.catalog.releases import (
 )
 from gpufleet.common.diagnostics import Finding, Path, did_you_mean, format_path
 from gpufleet.kube.labels import (
+    AMD_GPU_OPERATOR_LABEL,
+    DCM_PROFILE_LABEL,
     DEPLOY_DEVICE_PLUGIN_LABEL,
     DEPLOY_DRIVER_LABEL,
     DEPLOY_OPERANDS_LABEL,
@@ -36,9 +38,12 @@ from gpufleet.kube.labels import (
     GPU_PRESENT_LABEL,
     MIG_CONFIG_LABEL,
 )
+from gpufleet.mig.amd_partitions import layout_problems, no_partitions_reason
+from gpufleet.spec import owners
 from gpufleet.spec.models import (
     Advertiser,
     AksManagedMig,
+    AmdPartitions,
     Baremetal,
     BaremetalHost,
     GpuPool,
@@ -82,6 +87,8 @@ DERIVED_LABELS = {
     GPU_PRESENT_LABEL: "GPU software (the device plugin chart runs where it is true)",
     DEPLOY_DEVICE_PLUGIN_LABEL: "advertiser (none keeps the device plugin off)",
     **dict.fromkeys(DRA_OPERAND_LABELS, "advertiser (none keeps the DRA driver off)"),
+    AMD_GPU_OPERATOR_LABEL: "GPU software (the AMD GPU Operator serves the AMD pools whose advertiser is not none)",
+    DCM_PROFILE_LABEL: "amd_partitions.profile",
 }
 AKS_RESERVED_LABEL_PREFIXES = ("kubernetes.azure.com/", "kubernetes.io/", "k8s.io/")
 
@@ -164,12 +171,17 @@ def check_pool_size(pool: GpuPool, path: Path, ctx: Context) -> tuple[VmSize | N
     if ctx.region is not None and size.offered_in(ctx.region) is False:
         findings.append(Finding(spath, _not_offered(size, ctx.region, ctx)))
     gpu = ctx.catalog.gpu(size.gpu)
-    if gpu.vendor != "nvidia":
+    if gpu.vendor == "amd" and gpu.partitions is None:
+        amd = sorted(
+            s.name
+            for s in ctx.catalog.vm_sizes
+            if s.aks_supported and ctx.catalog.gpu(s.gpu).partitions is not None and not s.retired(ctx.today)
+        )
         findings.append(
             Finding(
                 spath,
-                f"{size.name!r} has {gpu.name} GPUs ({gpu.vendor.upper()}); gpufleet's AKS GPU software is"
-                " NVIDIA's (GPU Operator, device plugin): choose an NVIDIA size",
+                f"{size.name!r} has {gpu.name} GPUs (AMD, not Instinct); gpufleet's AMD GPU software on AKS is the AMD"
+                f" GPU Operator for AMD Instinct GPUs: choose {', '.join(amd)} or an NVIDIA size",
             )
         )
     return size, findings
@@ -437,6 +449,10 @@ def check_pool(pool: GpuPool, path: Path, ctx: Context) -> Iterator[Finding]:
     gpu = ctx.catalog.gpu(size.gpu)
 
     yield from check_os_sku(pool, size, gpu, path, ctx)
+    if gpu.vendor == "amd":
+        yield from check_amd_pool(pool, size, gpu, path)
+    elif pool.amd_partitions is not None:
+        yield Finding((*path, "amd_partitions"), no_partitions_reason(gpu))
     yield from check_gpu_management(pool, size, gpu, path, ctx)
     yield from check_confidential_gpu(pool, size, gpu, path, ctx)
     yield from check_pool_advertiser(pool, gpu, path)
@@ -590,7 +606,7 @@ def check_pool_advertiser(pool: GpuPool, gpu: Gpu, path: Path) -> Iterator[Findi
             f"sharing configures the device plugin, which advertiser {pool.advertiser} does not run: {how}; remove"
             " sharing, or use advertiser device-plugin",
         )
-    if pool.advertiser == "dra":
+    if pool.advertiser == "dra" and gpu.vendor == "nvidia":  # AMD's DRA driver publishes its own attributes
         yield from check_dra_gpu(gpu, (*path, "advertiser"))
 
 
@@ -627,25 +643,61 @@ def check_gpu_cluster_mig(pools: Sequence[GpuPool | None]) -> Iterator[Finding]:
             )
 
 
-def check_dra_kubernetes(stack: Stack) -> Iterator[Finding]:
-    """DRA needs Kubernetes 1.34 or later: an error at each DRA pool or host group of an older release."""
-    major, minor = (int(x) for x in stack.release.kubernetes.split(".")[:2])
-    if (major, minor) >= DRA_MIN_KUBERNETES:
-        return
-    targets: list[tuple[Path, str]] = []
-    if stack.aks is not None:
-        targets += [(("aks", "gpu_pools", i), p.advertiser) for i, p in enumerate(stack.aks.gpu_pools)]
-    if stack.baremetal is not None:
-        targets += [(("baremetal", "host_groups", i), g.advertiser) for i, g in enumerate(stack.baremetal.host_groups)]
-    need = ".".join(map(str, DRA_MIN_KUBERNETES))
-    for path, advertiser in targets:
-        if advertiser == "dra":
+def check_dra_kubernetes(stack: Stack, ctx: Context) -> Iterator[Finding]:
+    """DRA needs Kubernetes 1.34 or later for NVIDIA's DRA driver, the AMD GPU Operator's floor (1.32 for v1.5.1) for
+    AMD's: an error at each DRA pool or host group of an older release."""
+    version = tuple(int(x) for x in stack.release.kubernetes.split(".")[:2])
+    amd_op = ctx.releases.find_amd_gpu_operator(stack.release.amd_gpu_operator or "")
+    floors = {
+        "nvidia": (DRA_MIN_KUBERNETES, "resource.k8s.io/v1, which the NVIDIA DRA driver uses"),
+        "amd": (
+            tuple(int(x) for x in (amd_op.dra_min_kubernetes if amd_op else "1.32").split(".")[:2]),
+            "the AMD GPU Operator's DRA driver",
+        ),
+    }
+    for path, target in _gpu_targets(stack, ctx):
+        floor, why = floors[target.vendor]
+        if target.advertiser == "dra" and version < floor:
+            need = ".".join(map(str, floor))
             yield Finding(
                 (*path, "advertiser"),
-                f"DRA needs Kubernetes {need} or later (resource.k8s.io/v1, which the NVIDIA DRA driver uses), and"
-                f" release.kubernetes is {stack.release.kubernetes!r}; raise it to {need}, or use advertiser"
-                " device-plugin",
+                f"DRA needs Kubernetes {need} or later ({why}), and release.kubernetes is"
+                f" {stack.release.kubernetes!r}; raise it to {need}, or use advertiser device-plugin",
             )
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """A pool or host group with GPUs, and its GPUs' vendor (the catalog's)."""
+
+    name: str
+    vendor: str
+    advertiser: Advertiser
+    amd_partitions: AmdPartitions | None
+
+
+def _gpu_targets(stack: Stack, ctx: Context) -> list[tuple[Path, GpuTarget]]:
+    """Every pool and host group of the stack whose GPU the catalog knows, with its path; an AMD GPU other than an
+    Instinct one is left out (refused on AKS by check_pool_size; no AMD software of gpufleet's serves it)."""
+    out: list[tuple[Path, GpuTarget]] = []
+    gpus = (
+        [(("aks", "gpu_pools", i), p, ctx.catalog.vm_size(p.vm_size)) for i, p in enumerate(stack.aks.gpu_pools)]
+        if stack.aks
+        else []
+    )
+    for path, pool, size in gpus:
+        if size is not None and _served(gpu := ctx.catalog.gpu(size.gpu)):
+            out.append((path, GpuTarget(pool.name, gpu.vendor, pool.advertiser, pool.amd_partitions)))
+    for i, group in enumerate(stack.baremetal.host_groups if stack.baremetal else []):
+        if group.gpu_model and (gpu := ctx.catalog.find_gpu(group.gpu_model)) is not None and _served(gpu):
+            target = GpuTarget(group.name, gpu.vendor, group.advertiser, group.amd_partitions)
+            out.append((("baremetal", "host_groups", i), target))
+    return out
+
+
+def _served(gpu: Gpu) -> bool:
+    """gpufleet's GPU software serves the GPU: NVIDIA's, or an AMD Instinct one (the models with partitions)."""
+    return gpu.vendor == "nvidia" or gpu.partitions is not None
 
 
 # -- bare metal ----------------------------------------------------------------------------------------------
@@ -677,13 +729,15 @@ def check_host_group(
             yield Finding((*path, "mig"), ctx.catalog.no_mig_reason(gpu))
         else:
             yield from check_mig_layout(gpu, group.mig, group.gpus_per_host, (*path, "mig"), ctx.catalog)
+    if group.amd_partitions is not None:
+        yield from check_amd_partitions(gpu, group.amd_partitions, group.gpus_per_host, (*path, "amd_partitions"))
     if group.gpu_vms and group.advertiser != "device-plugin":
         yield Finding(
             (*path, "advertiser"),
             f"advertiser {group.advertiser} cannot serve GPU VMs: the GPU Operator's sandbox device plugin advertises"
             " these GPUs to KubeVirt, from its ClusterPolicy; leave advertiser device-plugin (the default) here",
         )
-    elif group.advertiser == "dra":
+    elif group.advertiser == "dra" and gpu.vendor == "nvidia":  # AMD's DRA driver publishes its own attributes
         yield from check_dra_gpu(gpu, (*path, "advertiser"))
 
 
@@ -918,11 +972,164 @@ def check_region(stack_region: str, has_aks: bool, ctx: Context) -> Iterator[Fin
         )
 
 
+# -- AMD Instinct (docs/amd.md) ---------------------------------------------------------------------------------
+
+# learn.microsoft.com/azure/aks/use-amd-gpus (../shared/reference/amd-instinct.md §5)
+AKS_AMD_GPUS = "learn.microsoft.com/azure/aks/use-amd-gpus"
+
+
+def check_amd_partitions(gpu: Gpu, layout: AmdPartitions, gpus: int | None, path: Path) -> Iterator[Finding]:
+    """An AMD partition layout on ``gpus`` GPUs of ``gpu`` per node: each pair valid for the model, every GPU assigned
+    or skipped, and what AMD's Device Config Manager applies when it is the operator's."""
+    for problem in layout_problems(gpu, layout, gpus):
+        yield Finding((*path, *problem.path), problem.message)
+
+
+def check_amd_pool(pool: GpuPool, size: VmSize, gpu: Gpu, path: Path) -> Iterator[Finding]:
+    """An AMD Instinct pool on AKS: AKS installs no AMD driver (``--gpu-driver none``) and no device plugin, the AMD
+    GPU Operator does both; no NVIDIA feature (AKS MIG, the NVIDIA device plugin's sharing, AKS's managed GPU stack),
+    no node auto-provisioning (AKS documents none for AMD); partitions through the operator's Device Config Manager."""
+    if pool.driver == "aks" and "driver" in pool.model_fields_set:
+        yield Finding(
+            (*path, "driver"),
+            f"{size.name} ({gpu.name}): AKS installs no AMD driver; its pools are created with the GPU driver install"
+            f" skipped and the AMD GPU Operator installs the driver ({AKS_AMD_GPUS}): remove driver, or set driver:"
+            " operator",
+        )
+    if pool.sharing.mode != "none":
+        yield Finding(
+            (*path, "sharing", "mode"),
+            f"{pool.sharing.mode} is the NVIDIA device plugin's GPU sharing; {gpu.name} GPUs are shared by partitioning"
+            " them (amd_partitions: compute partitions SPX/DPX/QPX/CPX): remove sharing",
+        )
+    if pool.kind == "nap":
+        yield Finding(
+            (*path, "kind"),
+            f"AKS documents {gpu.name} GPUs on agent pools created with the GPU driver install skipped, not through"
+            f" node auto-provisioning ({AKS_AMD_GPUS}): use kind agentpool",
+        )
+    if pool.amd_partitions is not None:
+        ppath = (*path, "amd_partitions")
+        if pool.amd_partitions.managed_by != "operator":
+            yield Finding(
+                (*ppath, "managed_by"),
+                "an AKS pool's GPUs are partitioned by the AMD GPU Operator's Device Config Manager (no host role runs"
+                " on AKS nodes): set managed_by: operator",
+            )
+        yield from check_amd_partitions(gpu, pool.amd_partitions, size.whole_gpus or None, ppath)
+
+
+def _nvidia_pool(pool: GpuPool | None, ctx: Context) -> bool:
+    size = ctx.catalog.vm_size(pool.vm_size) if pool is not None else None
+    return size is not None and ctx.catalog.gpu(size.gpu).vendor == "nvidia"
+
+
+def _gpu_vendor(model: str, ctx: Context) -> str | None:
+    gpu = ctx.catalog.find_gpu(model)
+    return gpu.vendor if gpu is not None else None
+
+
+def check_amd_clusters(stack: Stack, ctx: Context) -> Iterator[Finding]:
+    """Each cluster's AMD targets (its AKS pools; its host groups): one DeviceConfig runs the AMD device plugin or
+    AMD's DRA driver, not both; a DCM profile name stands for one layout; on AKS, where the operator builds and
+    installs the driver, the driver release and the image repository it pushes to."""
+    targets = [(path, t) for path, t in _gpu_targets(stack, ctx) if t.vendor == "amd"]
+    for cluster in ("aks", "baremetal"):
+        mine = [(path, t) for path, t in targets if path[0] == cluster]
+        claims = [owners.amd_advertiser_claim(t.advertiser, (*path, "advertiser")) for path, t in mine]
+        yield from owners.deviceconfig_conflicts(claims)
+        yield from _dcm_profile_names(mine)
+    aks = [(path, t) for path, t in targets if path[0] == "aks"]
+    if not aks or stack.aks is None:
+        return
+    first = aks[0][0]
+    if stack.aks.gpu_software.amd_driver_image is None:
+        yield Finding(
+            (*first, "vm_size"),
+            "an AMD size, whose driver the AMD GPU Operator builds as an image and installs on AKS: name the image"
+            " repository it pushes that image to and the nodes pull it from (aks.gpu_software.amd_driver_image, e.g."
+            " registry.example.net/amd/amdgpu-driver; with amd_driver_image_secret for its credentials)",
+        )
+    if stack.release.amdgpu is None:
+        yield Finding(
+            ("release", "amdgpu"),
+            f"{format_path(first)} has AMD GPUs, whose driver the AMD GPU Operator installs: pin its release"
+            " (release.amdgpu, e.g. '30.10.1'), or the chart's own default would be installed",
+        )
+    for path, target in aks:
+        if target.advertiser == "none":
+            yield Finding(
+                (*path, "advertiser"),
+                "advertiser none leaves an AMD pool out of the AMD GPU Operator, which also installs its driver on"
+                " AKS: its nodes would have no AMD driver at all; use device-plugin or dra",
+            )
+
+
+def _dcm_profile_names(targets: Sequence[tuple[Path, GpuTarget]]) -> Iterator[Finding]:
+    """One DCM profile name (a node label value) stands for one layout in a cluster."""
+    seen: dict[str, tuple[Path, GpuTarget]] = {}
+    for path, target in targets:
+        parts = target.amd_partitions
+        if parts is None or parts.managed_by != "operator":
+            continue
+        if parts.profile in seen:
+            other_path, other = seen[parts.profile]
+            mine = parts.model_dump(exclude={"managed_by"})
+            if other.amd_partitions is not None and other.amd_partitions.model_dump(exclude={"managed_by"}) != mine:
+                yield Finding(
+                    (*path, "amd_partitions", "profile"),
+                    f"profile {parts.profile!r} is also {other.name}'s ({format_path(other_path)}) with another layout;"
+                    " the node label dcm.amd.com/gpu-config-profile selects one layout per name: rename one",
+                )
+        else:
+            seen[parts.profile] = (path, target)
+
+
+def check_amd_release(stack: Stack, ctx: Context) -> Iterator[Finding]:
+    """A stack with AMD GPUs pins AMD's software: the AMD GPU Operator chart where Kubernetes runs them (AKS pools,
+    or bare-metal host groups of a stack that pins it), amdgpu and ROCm where the host roles install them."""
+    amd = [path for path, t in _gpu_targets(stack, ctx) if t.vendor == "amd"]
+    amd_pools = [path[2] for path in amd if path[0] == "aks"]
+    amd_groups = [path[2] for path in amd if path[0] == "baremetal"]
+    release = stack.release
+    if amd_pools and release.amd_gpu_operator is None:
+        yield Finding(
+            ("release", "amd_gpu_operator"),
+            f"aks.gpu_pools[{amd_pools[0]}] has AMD GPUs, which get the AMD GPU Operator: pin its chart version"
+            " (release.amd_gpu_operator, e.g. v1.5.1)",
+        )
+    for key, example in (("amdgpu", "30.10.1"), ("rocm", "7.0.1")):
+        if amd_groups and getattr(release, key) is None:
+            yield Finding(
+                ("release", key),
+                f"baremetal.host_groups[{amd_groups[0]}] has AMD GPUs, whose hosts get AMD's driver and ROCm from the"
+                f" amd_driver role: pin release.{key} (e.g. {example!r})",
+            )
+    if release.amd_gpu_operator is None:
+        return
+    op = ctx.releases.find_amd_gpu_operator(release.amd_gpu_operator)
+    if op is None:
+        known = ", ".join(o.version for o in ctx.releases.amd_gpu_operator)
+        yield Finding(
+            ("release", "amd_gpu_operator"),
+            f"the release table (gpufleet/catalog/releases.yaml) knows the AMD GPU Operator chart {known}, not"
+            f" {release.amd_gpu_operator}",
+        )
+    elif not op.supports_kubernetes(release.kubernetes):
+        yield Finding(
+            ("release", "amd_gpu_operator"),
+            f"AMD GPU Operator {op.version} supports Kubernetes {op.kubernetes}, not release.kubernetes"
+            f" {release.kubernetes!r}",
+        )
+
+
 def check_stack(stack: Stack, ctx: Context) -> Iterator[Finding]:
     """All cross-cutting rules of a structurally valid stack."""
     yield from check_region(stack.region, stack.aks is not None, ctx)
     yield from check_release(stack.release, ctx, aks=stack.aks is not None, baremetal=stack.baremetal is not None)
-    yield from check_dra_kubernetes(stack)
+    yield from check_amd_release(stack, ctx)
+    yield from check_dra_kubernetes(stack, ctx)
+    yield from check_amd_clusters(stack, ctx)
     if stack.aks is not None:
         yield from check_waivers(stack.aks.cluster.security.waivers)
         in_region = dataclasses.replace(
@@ -986,8 +1193,8 @@ def check_aks_pools(pools: Sequence[GpuPool | None], system: SystemPool | None, 
             size = ctx.catalog.vm_size(pool.vm_size)
             layouts.append(((*path, "mig"), size.gpu if size else None, pool.mig))
     yield from check_unique(names, "pool name", "cluster (the system pool included)")
-    yield from check_advertisers_mixed(
-        [(("aks", "gpu_pools", i), p.name, p.advertiser) for i, p in enumerate(pools) if p is not None], "pool"
+    yield from check_advertisers_mixed(  # NVIDIA's GPU Operator; AMD's DeviceConfig: check_amd_clusters
+        [(("aks", "gpu_pools", i), p.name, p.advertiser) for i, p in enumerate(pools) if _nvidia_pool(p, ctx)], "pool"
     )
     yield from check_gpu_cluster_mig(pools)
     yield from check_cluster_limits(pools, system)
@@ -1031,7 +1238,8 @@ def check_host_groups(
         [
             (("baremetal", "host_groups", i), g.name, g.advertiser)
             for i, g in enumerate(groups)
-            if g is not None and g.gpu_model is not None  # hosts without GPUs advertise nothing
+            # hosts without GPUs advertise nothing; AMD's DeviceConfig: check_amd_clusters
+            if g is not None and g.gpu_model is not None and _gpu_vendor(g.gpu_model, ctx) != "amd"
         ],
         "host group",
     )

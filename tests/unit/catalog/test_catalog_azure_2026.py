@@ -169,11 +169,12 @@ def test_example_stack_prices_from_the_retail_api_and_no_price_is_none_not_zero(
 # -- AKS pool rules --------------------------------------------------------------------------------------------
 
 
-def test_amd_v710_pool_is_refused_saying_gpufleets_aks_software_is_nvidias():
+def test_amd_v710_pool_is_refused_naming_the_amd_instinct_size_gpufleet_serves():
     findings = _pool_findings("Standard_NV24ads_V710_v5")
     assert findings == [
-        "aks.gpu_pools[1].vm_size: 'Standard_NV24ads_V710_v5' has V710 GPUs (AMD); gpufleet's AKS GPU software is"
-        " NVIDIA's (GPU Operator, device plugin): choose an NVIDIA size"
+        "aks.gpu_pools[1].vm_size: 'Standard_NV24ads_V710_v5' has V710 GPUs (AMD, not Instinct); gpufleet's AMD GPU"
+        " software on AKS is the AMD GPU Operator for AMD Instinct GPUs: choose Standard_ND96isr_MI300X_v5 or an"
+        " NVIDIA size"
     ]
 
 

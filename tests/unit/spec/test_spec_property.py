@@ -27,7 +27,8 @@ SIZES = [
     s for s in CATALOG.vm_sizes if s.aks_supported and not s.retired(TODAY) and CATALOG.gpu(s.gpu).vendor == "nvidia"
 ]
 REGIONS = sorted(CATALOG.region_names)
-RELEASE = release_pins()
+# the AMD pins too: a drawn stack may have AMD pools or host groups, which need them (gpufleet.spec.rules)
+RELEASE = release_pins(amd_gpu_operator="v1.5.1", amdgpu="30.10.1", rocm="7.0.1")
 FILE = "stack.yaml"  # not Pulumi.<stage>-<region>.yaml: the file-name rule would reject every document
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 
