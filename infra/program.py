@@ -212,11 +212,12 @@ def build(plan: StackPlan) -> Program:
         return program
     cluster = RegionalGpuCluster(plan.cluster.name, ClusterArgs(plan=plan.cluster))
     pools = [GpuPool(p.name, GpuPoolArgs(plan=p, cluster=cluster)) for p in plan.pools if p.kind == "agentpool"]
-    release = plan.cluster.gpu_software
+    release, amd = plan.cluster.gpu_software, plan.cluster.amd_gpu_software
     software = GpuSoftware(
         "gpu-software",
-        GpuSoftwareArgs(release=release, kubeconfig=cluster.kubeconfig, cluster_id=cluster.cluster.id),
-        # the daemonsets need GPU nodes to land on; the pools' labels must exist before the MIG manager reads them
+        GpuSoftwareArgs(release=release, kubeconfig=cluster.kubeconfig, cluster_id=cluster.cluster.id, amd_release=amd),
+        # the daemonsets need GPU nodes to land on; the pools' labels must exist before the MIG manager (or the AMD
+        # Device Config Manager) reads them
         opts=pulumi.ResourceOptions(depends_on=[p.agent_pool for p in pools]),
     )
     nap = [NapPool(p.name, NapPoolArgs(p, plan.cluster, software.provider)) for p in plan.pools if p.kind == "nap"]
@@ -224,7 +225,9 @@ def build(plan: StackPlan) -> Program:
     pulumi.export("cluster_id", cluster.cluster.id)
     pulumi.export("node_resource_group", cluster.cluster.node_resource_group)
     pulumi.export("pools", pool_outputs(plan))
-    pulumi.export("gpu_software", {"chart": release.chart, "version": release.version, "namespace": release.namespace})
+    for key, chart in (("gpu_software", release), ("amd_gpu_software", amd)):
+        if chart is not None:  # NVIDIA's where the cluster has NVIDIA pools, AMD's where it has AMD pools
+            pulumi.export(key, {"chart": chart.chart, "version": chart.version, "namespace": chart.namespace})
     pulumi.export("kubeconfig", cluster.kubeconfig)
     program.cluster, program.pools, program.software, program.nap_pools = cluster, pools, software, nap
     return program

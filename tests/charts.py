@@ -58,6 +58,12 @@ COMMENTED_KEYS = {
 }
 
 
+# Maps in a chart's values.yaml whose keys are the user's although the chart ships entries in them: the AMD GPU
+# Operator's DeviceConfig selector is a node label map (its CRD: additionalProperties string), which gpufleet extends
+# with its own label (gpufleet.kube.amd_operator.selector).
+USER_MAPS = {"gpu-operator-charts": {"deviceConfig.spec.selector.*"}}
+
+
 def pinned_chart(chart: str) -> Path:
     """The pinned chart in CHARTS_DIR: an unpacked folder, or the .tgz helm pull writes."""
     assert CHARTS_DIR is not None
@@ -80,10 +86,11 @@ def unpacked_chart(chart: str, directory: Path) -> Path:
 
 @functools.cache
 def chart_keys(chart: str) -> frozenset[str]:
-    """The key paths of the pinned chart's values.yaml and its subcharts' (see charts.chart_values_keys), and the
-    ones its templates read that values.yaml only documents in a comment (COMMENTED_KEYS)."""
+    """The key paths of the pinned chart's values.yaml and its subcharts' (see charts.chart_values_keys), the ones
+    its templates read that values.yaml only documents in a comment (COMMENTED_KEYS), and the maps whose keys are the
+    user's (USER_MAPS)."""
     keys = charts.chart_values_keys(pinned_chart(chart))
-    return frozenset(keys | COMMENTED_KEYS.get(chart, set()))
+    return frozenset(keys | COMMENTED_KEYS.get(chart, set()) | USER_MAPS.get(chart, set()))
 
 
 def unknown_keys(values: dict[str, Any], known: frozenset[str] | set[str], prefix: str = "") -> list[str]:

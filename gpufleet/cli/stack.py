@@ -25,7 +25,7 @@ from gpufleet.cli.common import (
 
 if TYPE_CHECKING:
     from gpufleet.azure.cost import StackCost
-    from gpufleet.plan.model import PoolPlan, StackPlan
+    from gpufleet.plan.model import AmdPartitionPlan, PoolPlan, StackPlan
 
 
 def validate(
@@ -133,9 +133,10 @@ def render(
     planned = planned_or_exit(stack, root, as_json, "nothing rendered")
     plan_ = planned.plan
     if chart is not None and plan_.cluster is not None and chart != plan_.cluster.gpu_chart:
+        decided = plan_.cluster.gpu_chart or "no NVIDIA chart: it has no NVIDIA pool"
         raise usage_error(
             f"--chart {chart}: stack {plan_.stack} is an AKS cluster whose pools decide its chart "
-            f"({plan_.cluster.gpu_chart}); --chart is for bare-metal stacks"
+            f"({decided}); --chart is for bare-metal stacks"
         )
     try:
         result = charts.render(
@@ -204,7 +205,12 @@ def _render_plan(result: StackPlan, costs: StackCost) -> None:
         _render_baseline(result)
         release = c.gpu_software
         cr = f" with a {c.operator_cr}" if c.operator_cr else ""
-        out.print(f"  GPU software: {release.chart} {release.version}{cr}, namespace {shown(release.namespace)}")
+        if release is not None:
+            out.print(f"  GPU software: {release.chart} {release.version}{cr}, namespace {shown(release.namespace)}")
+        if (amd := c.amd_gpu_software) is not None:
+            out.print(
+                f"  AMD GPU software: {amd.chart} {amd.version} with a DeviceConfig, namespace {shown(amd.namespace)}"
+            )
         for p in result.pools:
             _render_pool(p, costs)
     if result.baremetal:
@@ -223,7 +229,11 @@ def _render_plan(result: StackPlan, costs: StackCost) -> None:
                 inst = g.mig.instances_per_node
                 detail = ": " + ", ".join(f"{k} x {prof}" for prof, k in inst.items()) + " per host" if inst else ""
                 out.print(f"    MIG {g.mig.config_name}{detail}")
-            if g.advertiser != "device-plugin":
+            if g.amd_partitions is not None:
+                out.print(f"    {_amd_partitions_line(g.amd_partitions)}", markup=False)
+            if g.advertiser != "device-plugin" and g.vendor == "amd":
+                out.print(f"    advertiser {g.advertiser} (the AMD GPU Operator's DeviceConfig)")
+            elif g.advertiser != "device-plugin":
                 out.print(f"    advertiser {g.advertiser} (GPU Operator: a {bm.operator_cr})")
             if g.gpu_workload not in (None, "container"):
                 vgpu = f", vGPU config {g.vgpu.device_config or 'default'}" if g.vgpu else ""
@@ -234,6 +244,13 @@ def _render_plan(result: StackPlan, costs: StackCost) -> None:
                     f"    host {shown(h.name)}: BMC {shown(h.bmc.address)} ({shown(who)}), boot {h.boot.source},"
                     f" power {h.power}, SSH {shown(h.ssh.address)}:{h.ssh.port}"
                 )
+
+
+def _amd_partitions_line(parts: AmdPartitionPlan) -> str:
+    """An AMD layout: who applies it, its profile and memory mode, and the logical GPUs per node."""
+    who = "the AMD GPU Operator's DCM" if parts.managed_by == "operator" else "the amd_partition role"
+    per_node = ", ".join(f"{n} x {pair}" for pair, n in (parts.logical_gpus or {}).items()) or "GPU count unknown"
+    return f"AMD partitions {parts.profile} ({parts.memory}, applied by {who}): {per_node} per node"
 
 
 def _api_line(p: PoolPlan) -> str:
@@ -277,6 +294,8 @@ def _render_pool(p: PoolPlan, costs: StackCost) -> None:
         tag = p.mig.gpu_instance_profile or p.mig.config_name
         strategy = f", strategy {p.mig.strategy}" if p.gpu_management == "managed" and p.mig.strategy else ""
         out.print(f"    MIG ({p.mig.managed_by}-managed, {tag}{strategy}): {inst} per node")
+    if p.amd_partitions is not None:
+        out.print(f"    {_amd_partitions_line(p.amd_partitions)}", markup=False)
     if p.sharing.mode != "none":
         out.print(f"    sharing {p.sharing.mode}, {p.sharing.replicas} pods per GPU")
     if p.advertiser != "device-plugin":

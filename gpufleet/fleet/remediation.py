@@ -12,6 +12,12 @@ need nothing on the host; RESET_GPU resets the GPU; RESTART_BM power-cycles the 
 fell off the PCIe bus, Xid 79, is often not found again after a warm reboot, its slot never losing power), and
 every other resolution (NVIDIA's investigation workflows, a report to NVIDIA, a mechanical check) takes the host out
 of service for a person. A stack can override the action of any Xid the catalog knows.
+
+AMD Instinct GPUs log no Xids; their faults are signals (gpufleet/catalog/amd_faults.yaml): a CPER record's severity
+(the AFID's), uncorrectable ECC counts, VRAM pages the driver could not retire. :func:`amd_faults` turns a host's RAS
+reading (:mod:`gpufleet.host.amd_ras`) into :class:`AmdFault` events, which :func:`decide` weighs beside Xids with the
+same limits; their actions are gpufleet's judgement (AMD's Service Action Guide is not public), an uncorrectable ECC
+error taking whatever the policy gives Xid 48.
 """
 
 from __future__ import annotations
@@ -97,6 +103,43 @@ def parse_xids(kernel_log: str) -> list[XidEvent]:
 
 
 @dataclass(frozen=True)
+class AmdFault:
+    """A fault an AMD GPU reported: the GPU's PCI address, the signal (amd_faults.yaml: ``ras_ue``,
+    ``bad_page_failed``, ``afid_fatal``...) and what was read (``umc ue 1``); ``seconds`` None (no kernel-log time)."""
+
+    pci: str
+    signal: str
+    detail: str
+    seconds: float | None = None
+
+    def describe(self) -> str:
+        return f"AMD {self.signal} ({self.detail}) on {self.pci}"
+
+
+Event = XidEvent | AmdFault
+
+
+def amd_faults(reading: Mapping[str, Any]) -> list[AmdFault]:
+    """The fault events of a host's RAS reading (:func:`gpufleet.host.amd_ras.read_ras`'s ``{gpus: [...]}``, as plain
+    data): per GPU, its uncorrectable ECC counts (``ras_ue``), its bad pages the driver could not reserve
+    (``bad_page_failed``) or has not yet (``bad_page_pending``). Corrected and deferred counts are no event."""
+    faults = []
+    for gpu in reading.get("gpus") or []:
+        pci = str(gpu.get("pci", "?"))
+        counters = gpu.get("counters") or {}
+        ue = [f"{block} ue {c['ue']}" for block, c in sorted(counters.items()) if int(c.get("ue", 0)) > 0]
+        if ue:
+            faults.append(AmdFault(pci, "ras_ue", ", ".join(ue)))
+        pages = gpu.get("bad_pages") or []
+        for flag, signal in (("failed", "bad_page_failed"), ("pending", "bad_page_pending")):
+            hit = [p["pfn"] for p in pages if p.get("flag") == flag]
+            if hit:
+                listed = ", ".join(hit[:4]) + (", ..." if len(hit) > 4 else "")
+                faults.append(AmdFault(pci, signal, f"{len(hit)} page{'s' if len(hit) != 1 else ''} {flag}: {listed}"))
+    return faults
+
+
+@dataclass(frozen=True)
 class Policy:
     """A stack's remediation policy: the action per Xid (the catalog's default, or the stack's override) and the
     group limit."""
@@ -112,9 +155,25 @@ class Policy:
             return "none"  # an Xid gpufleet does not know: reported, not acted on
         return BY_RESOLUTION.get(known.resolution, "cordon")
 
-    def worst(self, events: Iterable[XidEvent]) -> Action:
+    def amd_action(self, signal: str) -> Action:
+        """An AMD fault signal's action (gpufleet/catalog/amd_faults.yaml): its own, or the one this policy gives the
+        Xid it follows (``ras_ue``: Xid 48's); ``none`` for a signal the catalog does not know."""
+        from gpufleet.catalog.amd import load_amd_faults
+
+        known = load_amd_faults().signal(signal)
+        if known is None:
+            return "none"
+        if known.like_xid is not None:
+            return self.action(known.like_xid)
+        assert known.action is not None
+        return known.action
+
+    def action_of(self, event: Event) -> Action:
+        return self.action(event.code) if isinstance(event, XidEvent) else self.amd_action(event.signal)
+
+    def worst(self, events: Iterable[Event]) -> Action:
         """The strongest action the events call for (``none`` without events)."""
-        return max((self.action(e.code) for e in events), key=ACTIONS.index, default="none")
+        return max((self.action_of(e) for e in events), key=ACTIONS.index, default="none")
 
 
 def policy_from(spec: Remediation) -> Policy:
@@ -129,7 +188,7 @@ class HostHealth:
 
     host: str
     group: str
-    events: tuple[XidEvent, ...] = ()
+    events: tuple[Event, ...] = ()  # Xids, and an AMD host's faults (amd_faults)
     out_of_service: str | None = None  # the reason, when out of service
 
 
@@ -144,7 +203,7 @@ class Decision:
     verdict: Literal["act", "refuse", "report", "leave"]
     action: Action
     why: str
-    events: tuple[XidEvent, ...] = ()
+    events: tuple[Event, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -153,7 +212,7 @@ class Decision:
             "verdict": self.verdict,
             "action": self.action,
             "why": self.why,
-            "xids": sorted({e.code for e in self.events}),
+            "xids": sorted({e.code for e in self.events if isinstance(e, XidEvent)}),
             "events": [e.describe() for e in self.events],
             "gpus": sorted({e.pci for e in self.events}),
             # the kernel-log time of the last Xid handled (a GPU reset keeps the boot: older lines do not count again)
@@ -257,7 +316,7 @@ def health_problems(health: HostHealth, policy: Policy, state: Mapping[str, Any]
     if health.out_of_service:
         problems.append(f"out of service: {health.out_of_service} (ansible/remediate.yml brings it back)")
     for event in health.events:
-        if (action := policy.action(event.code)) != "none":
+        if (action := policy.action_of(event)) != "none":
             problems.append(f"{event.describe()} calls for {action}, not done yet: run ansible/remediate.yml")
     history = [h for h in state.get("history") or [] if isinstance(h, dict)]
     acted = [h for h in history if h.get("action") != "none"]

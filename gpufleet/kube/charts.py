@@ -22,6 +22,14 @@ Placing GPU software is a fixpoint, because its components label nodes for each 
 - GPU Feature Discovery, where it runs, labels ``nvidia.com/mig.capable`` and, on nodes whose device-plugin config
   shares GPUs with MPS, ``nvidia.com/mps.capable=true`` (the MPS control daemon selects on it).
 
+AMD Instinct nodes (the AMD GPU Operator's chart, :mod:`gpufleet.kube.amd_operator`) take part too: NFD's worker
+(whichever chart's: a cluster runs one) labels an AMD node ``feature.node.kubernetes.io/amd-gpu=true`` where the AMD
+chart's NodeFeatureRule is rendered, never ``pci-10de``; the AMD operator's operands are DaemonSets it creates from the
+rendered DeviceConfig (node selector its ``selector``, each operand's tolerations), and while it installs the driver
+KMM's worker pods (the Module's selector and tolerations) label each node they load it on
+``kmm.node.kubernetes.io/<namespace>.<DeviceConfig>.ready``, which the other operands then select. Each GPU DaemonSet
+serves one vendor's GPUs: NVIDIA's on AMD nodes, or AMD's on NVIDIA nodes, is a problem (NFD's worker serves both).
+
 The scheduler's part (taints, node selectors, required node affinity) is :mod:`gpufleet.kube.scheduling`.
 """
 
@@ -46,6 +54,7 @@ from typing import Any
 from gpufleet.azure.aks import aks_node_labels
 from gpufleet.azure.cost import StackCost
 from gpufleet.common.atomic import replace_dir
+from gpufleet.kube.amd_operator import AMD_GPU_OPERATOR_CHART, DEVICE_CONFIG, dcm_config_map, operand_pods
 from gpufleet.kube.dra import DraPlan, dra_plan
 from gpufleet.kube.gpu_software import (
     CLUSTER_POLICY,
@@ -59,6 +68,7 @@ from gpufleet.kube.gpu_software import (
     OperatorCr,
 )
 from gpufleet.kube.labels import (
+    AMD_GPU_FEATURE_LABEL,
     DEPLOY_DRIVER_LABEL,
     DRA_OPERAND_LABELS,
     GPU_PRESENT_LABEL,
@@ -76,6 +86,9 @@ CHARTS_DIR_ENV = "GPUFLEET_CHARTS_DIR"
 HELM_SECONDS = 120
 
 NFD_GPU_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+# the AMD chart's NodeFeatureRule (templates/gpu-nfd-default-rule.yaml, installdefaultNFDRule): AMD Instinct PCI ids ->
+# feature.node.kubernetes.io/amd-gpu=true
+AMD_NFD_RULE = "amd-gpu-label-nfd-rule"
 MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
 MPS_CAPABLE_LABEL = "nvidia.com/mps.capable"
 DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
@@ -95,15 +108,25 @@ def charts_dir() -> Path:
     return Path(os.environ.get(CHARTS_DIR_ENV) or cache_dir() / "charts")
 
 
+# Folder names of unpacked charts besides ``<chart>-<version>``: the reference copies (../shared/reference/charts) name
+# ROCm's generically named chart after its project.
+LOCAL_NAMES = {AMD_GPU_OPERATOR_CHART: "amd-gpu-operator"}
+# The charts' vendors: whose GPUs their GPU DaemonSets serve
+CHART_VENDORS = {GPU_OPERATOR_CHART: "nvidia", DEVICE_PLUGIN_CHART: "nvidia", AMD_GPU_OPERATOR_CHART: "amd"}
+VENDOR_WORDS = {"nvidia": "NVIDIA's", "amd": "AMD's"}
+
+
 def pull_command(release: ChartRelease, directory: Path) -> str:
     """What a user runs to get the chart: ``helm pull`` from the stack's repository into ``directory``."""
     return f"helm pull {release.chart} --repo {release.repository} --version {release.version} -d {directory}"
 
 
 def _chart_names(release: ChartRelease) -> list[str]:
-    """``<chart>-<version>`` with the version as given, without its ``v`` and with one (a chart's file or folder)."""
+    """``<chart>-<version>`` with the version as given, without its ``v`` and with one (a chart's file or folder), and
+    the same under the chart's local folder name (:data:`LOCAL_NAMES`)."""
     bare = release.version.removeprefix("v")
-    return list(dict.fromkeys(f"{release.chart}-{version}" for version in (release.version, bare, f"v{bare}")))
+    names = (release.chart, *([LOCAL_NAMES[release.chart]] if release.chart in LOCAL_NAMES else []))
+    return list(dict.fromkeys(f"{name}-{version}" for name in names for version in (release.version, bare, f"v{bare}")))
 
 
 def has_chart(release: ChartRelease, directory: Path) -> bool:
@@ -163,9 +186,13 @@ class PinnedChart:
 def pinned_charts() -> tuple[PinnedChart, ...]:
     """The pinned charts (gpufleet/catalog/charts.yaml), each from gpufleet's default repository of it."""
     from gpufleet.catalog import read_catalog_yaml
-    from gpufleet.spec.models import DEVICE_PLUGIN_REPOSITORY, GPU_OPERATOR_REPOSITORY
+    from gpufleet.spec.models import AMD_GPU_OPERATOR_REPOSITORY, DEVICE_PLUGIN_REPOSITORY, GPU_OPERATOR_REPOSITORY
 
-    repositories = {GPU_OPERATOR_CHART: GPU_OPERATOR_REPOSITORY, DEVICE_PLUGIN_CHART: DEVICE_PLUGIN_REPOSITORY}
+    repositories = {
+        GPU_OPERATOR_CHART: GPU_OPERATOR_REPOSITORY,
+        DEVICE_PLUGIN_CHART: DEVICE_PLUGIN_REPOSITORY,
+        AMD_GPU_OPERATOR_CHART: AMD_GPU_OPERATOR_REPOSITORY,
+    }
     entries = read_catalog_yaml("charts.yaml")["charts"]
     return tuple(PinnedChart(repository=repositories[entry["chart"]], **entry) for entry in entries)
 
@@ -306,11 +333,12 @@ class Target:
     workload: GpuWorkload = CONTAINER_WORKLOAD  # what the stack has its GPUs serve (HostGroupPlan.gpu_workload)
     advertiser: str = "device-plugin"  # what makes its GPUs allocatable: device-plugin, dra or none
     aks_managed: bool = False  # AKS runs the node's GPU stack (gpu_management: managed): no chart's GPU software may
+    vendor: str | None = "nvidia"  # its GPUs' vendor (nvidia, amd); None: no GPUs
 
 
-def stack_targets(plan: StackPlan, chart: str) -> list[Target]:
+def stack_targets(plan: StackPlan, chart: str, also: Iterable[str] = ()) -> list[Target]:
     """The nodes the stack's GPU software must serve: AKS pools (gpufleet's labels and taints plus AKS's own) and
-    the system pool, or bare-metal host groups (the labels the ``chart``'s role sets)."""
+    the system pool, or bare-metal host groups (the labels the roles of ``chart`` and of the charts ``also`` set)."""
     targets: list[Target] = []
     if plan.cluster is not None:
         system = plan.cluster.system_pool
@@ -331,10 +359,13 @@ def stack_targets(plan: StackPlan, chart: str) -> list[Target]:
                     mps=pool.sharing.mode == "mps",
                     advertiser=pool.advertiser,
                     aks_managed=pool.gpu_management == "managed",
+                    vendor=pool.vendor,
                 )
             )
     for group in plan.host_groups:
-        labels = {"kubernetes.io/os": "linux", **group.node_labels[chart]}
+        labels = {"kubernetes.io/os": "linux"}
+        for name in (chart, *also):
+            labels |= group.node_labels.get(name, {})
         targets.append(
             Target(
                 group.name,
@@ -344,6 +375,7 @@ def stack_targets(plan: StackPlan, chart: str) -> list[Target]:
                 mig_capable=bool(group.mig_capable),
                 workload=group.gpu_workload or CONTAINER_WORKLOAD,
                 advertiser=group.advertiser,
+                vendor=group.vendor,
             )
         )
     return targets
@@ -423,9 +455,17 @@ class OperatorPolicy:
     sandbox: bool = False  # sandboxWorkloads.enabled: each GPU node runs the operands of its GPU workload
     default_workload: GpuWorkload = CONTAINER_WORKLOAD  # sandboxWorkloads.defaultWorkload, where it is a valid one
     cr: OperatorCr = CLUSTER_POLICY  # a rendered GPUCluster: every GPU node gets the DRA stack's deploy labels
+    amd_nfd_rule: bool = False  # the AMD chart's NodeFeatureRule is rendered: NFD labels AMD GPU nodes amd-gpu=true
 
     @classmethod
     def of(cls, objects: Iterable[Mapping[str, Any]]) -> OperatorPolicy:
+        objects = list(objects)
+        rules = [(o.get("metadata") or {}).get("name") for o in objects if o.get("kind") == "NodeFeatureRule"]
+        amd_rule = AMD_NFD_RULE in rules
+        return dataclasses.replace(cls._of(objects), amd_nfd_rule=amd_rule)
+
+    @classmethod
+    def _of(cls, objects: Iterable[Mapping[str, Any]]) -> OperatorPolicy:
         for obj in objects:
             if obj.get("kind") == "GPUCluster":
                 return cls(cr=GPU_CLUSTER)
@@ -461,6 +501,8 @@ class Workload:
     role: str  # nfd-worker, gfd, operator, device-plugin, mps-control-daemon, driver, mig-manager, controller, ...
     serves: tuple[GpuWorkload, ...] | None = None  # the GPU workloads it is for; None: every node (NFD's worker)
     advertiser: str | None = None  # the advertiser of the nodes it is for (device-plugin, dra); None: any
+    vendor: str | None = None  # whose GPUs it is for (nvidia, amd); None: any (NFD's worker, the controllers)
+    sets: tuple[tuple[str, str], ...] = ()  # labels a node gets where it runs (KMM's module-ready label)
 
 
 def _role(name: str, labels: Mapping[str, str]) -> str:
@@ -484,9 +526,18 @@ CONTAINER_ROLES = ("gfd", "device-plugin", "mps-control-daemon")
 DEVICE_PLUGIN_ROLES = ("device-plugin", "mps-control-daemon")
 
 
-def workloads(chart: str, objects: Iterable[Mapping[str, Any]]) -> list[Workload]:
+def workloads(chart: str, objects: Iterable[Mapping[str, Any]], namespace: str = "") -> list[Workload]:
     """The chart's DaemonSets and Deployments (Helm hooks left out), and the operand DaemonSets the GPU Operator
-    creates from a rendered ClusterPolicy."""
+    creates from a rendered ClusterPolicy or GPUCluster, or the AMD GPU Operator from a rendered DeviceConfig (in the
+    release's ``namespace``). The GPU DaemonSets are tagged with the chart's vendor."""
+    vendor = CHART_VENDORS.get(chart)
+    return [
+        w if w.role == "nfd-worker" or w.kind != "DaemonSet" or w.vendor else dataclasses.replace(w, vendor=vendor)
+        for w in _workloads(chart, objects, namespace)
+    ]
+
+
+def _workloads(chart: str, objects: Iterable[Mapping[str, Any]], namespace: str) -> list[Workload]:
     out: list[Workload] = []
     for obj in objects:
         kind, meta = obj.get("kind"), obj.get("metadata") or {}
@@ -504,7 +555,19 @@ def workloads(chart: str, objects: Iterable[Mapping[str, Any]]) -> list[Workload
             out.extend(_gpu_cluster_operands(chart, obj["spec"]))
         elif kind == "NVIDIADriver":
             out.append(_nvidia_driver(chart, obj))
+        elif kind == "DeviceConfig":
+            out.extend(_amd_operands(chart, obj, namespace))
     return out
+
+
+def _amd_operands(chart: str, obj: Mapping[str, Any], namespace: str) -> list[Workload]:
+    """The DaemonSets the AMD GPU Operator makes from a DeviceConfig (:func:`gpufleet.kube.amd_operator.operand_pods`;
+    the driver's are KMM's worker pods, one per node, placed as a DaemonSet's)."""
+    return [
+        Workload(chart, "DaemonSet", op.name, Placement.from_pod_spec(op.pod), op.role, (CONTAINER_WORKLOAD,),
+                 op.advertiser, "amd", op.sets)
+        for op in operand_pods(obj, (obj.get("metadata") or {}).get("namespace") or namespace)
+    ]  # fmt: skip
 
 
 def _operands(chart: str, spec: Mapping[str, Any]) -> list[Workload]:
@@ -623,8 +686,14 @@ def converge(
         operator_runs = any(not _runs(w, t, labels[t.name]) for w in loads if w.role == "operator" for t in targets)
         for t in targets:
             node = labels[t.name]
-            running = {w.role for w in loads if w.kind == "DaemonSet" and not _runs(w, t, node)}
-            if t.gpu and "nfd-worker" in running:
+            here = [w for w in loads if w.kind == "DaemonSet" and not _runs(w, t, node)]
+            running = {w.role for w in here}
+            for w in here:
+                node.update(w.sets)
+            if t.gpu and "nfd-worker" in running and t.vendor == "amd":
+                if policy.amd_nfd_rule:
+                    node[AMD_GPU_FEATURE_LABEL] = "true"
+            elif t.gpu and "nfd-worker" in running:
                 node[NFD_GPU_LABEL] = "true"
             if t.gpu and "gfd" in running:
                 node[MIG_CAPABLE_LABEL] = "true" if t.mig_capable else "false"
@@ -649,8 +718,10 @@ def converge(
 
 
 def _not_its_workload(workload: Workload, target: Target) -> str | None:
-    """Why ``workload`` is not for ``target``'s GPUs (their GPU workload is not one it serves, or their advertiser is
-    another), or None."""
+    """Why ``workload`` is not for ``target``'s GPUs (another vendor's, their GPU workload is not one it serves, or
+    their advertiser is another), or None."""
+    if workload.vendor is not None and target.vendor is not None and workload.vendor != target.vendor:
+        return f"its GPUs are {VENDOR_WORDS[target.vendor]}; it serves {VENDOR_WORDS[workload.vendor]}"
     if workload.serves is not None and target.workload not in workload.serves:
         serves = " and ".join(workload.serves)
         return f"its GPUs {WORKLOAD_WORDS[target.workload]} ({target.workload}); it serves {serves} nodes"
@@ -673,6 +744,11 @@ def not_needed(workload: Workload, target: Target) -> str | None:
     """Why ``workload`` need not run on GPU target ``target``, or None when it must."""
     if (reason := _aks_managed(target) or _not_its_workload(workload, target)) is not None:
         return reason
+    if workload.vendor == "amd" and target.advertiser == "none":
+        return (
+            "its advertiser is none: the AMD GPU Operator serves none of its GPUs (its nodes lack the DeviceConfig's"
+            " selector label)"
+        )
     if workload.role == "driver" and not target.driver_by_operator:
         return "the driver is installed by AKS or the host roles here, not by the operator"
     if workload.role == "mig-manager" and not target.mig_capable:
@@ -731,20 +807,34 @@ def coverage(loads: list[Workload], targets: list[Target], labels: Mapping[str, 
 
 
 def unadvertised(chart: str, loads: list[Workload], targets: list[Target]) -> list[Coverage]:
-    """The advertiser each container GPU target needs (device plugin, DRA kubelet plugin) where ``chart``'s render
-    deploys none at all (a GPUCluster has no device plugin, a ClusterPolicy or the device plugin chart no DRA driver):
-    each a DaemonSet that runs nowhere and misses those targets."""
-    roles = {w.role for w in loads}
+    """The advertiser each container GPU target of ``chart``'s vendor needs (device plugin, DRA kubelet plugin) where
+    ``chart``'s render deploys none at all (a GPUCluster has no device plugin, a ClusterPolicy or the device plugin
+    chart no DRA driver, a DeviceConfig one of the two): each a DaemonSet that runs nowhere and misses those
+    targets."""
+    vendor = CHART_VENDORS.get(chart)
+    roles = {w.role for w in loads if (w.chart == chart if vendor == "amd" else w.vendor != "amd")}
     needs = {
         "device-plugin": ("device-plugin", "nvidia-device-plugin"),
         "dra": ("dra-kubelet-plugin", DRA_KUBELET_PLUGIN),
     }
+    if vendor == "amd":
+        needs = {
+            "device-plugin": ("device-plugin", f"{DEVICE_CONFIG}-device-plugin"),
+            "dra": ("dra-kubelet-plugin", f"{DEVICE_CONFIG}-dra-driver"),
+        }
     out = []
     for advertiser, (role, name) in needs.items():
-        hosts = [t.name for t in targets if t.gpu and t.workload == CONTAINER_WORKLOAD and t.advertiser == advertiser]
+        hosts = [
+            t.name
+            for t in targets
+            if t.gpu and t.workload == CONTAINER_WORKLOAD and t.advertiser == advertiser and t.vendor == vendor
+        ]
         if not hosts or role in roles:
             continue
-        if advertiser == "device-plugin":
+        if vendor == "amd":
+            key = "devicePlugin.enableDevicePlugin" if advertiser == "device-plugin" else "draDriver.enable"
+            why = f"the rendered DeviceConfig does not turn its {advertiser} on ({key}): one DeviceConfig runs one"
+        elif advertiser == "device-plugin":
             why = "the chart renders a GPUCluster, which deploys no device plugin (a ClusterPolicy does)"
         elif chart == GPU_OPERATOR_CHART:
             why = "the chart renders no GPUCluster (gpuCluster.deployCR), whose operator deploys the DRA driver"
@@ -760,6 +850,8 @@ def undeployed(chart: str, loads: list[Workload], targets: list[Target]) -> list
     the advertiser GPU targets need that it does not deploy (:func:`unadvertised`)."""
     deployed = {w.name for w in loads}
     out = unadvertised(chart, loads, targets)
+    if CHART_VENDORS.get(chart) == "amd":  # no sandbox workloads: the AMD host groups' GPUs serve containers
+        return out
     for op in OPERANDS:
         hosts = [t.name for t in targets if t.gpu and t.workload in op.workloads]
         if not op.needed or op.daemonset in deployed or not hosts:
@@ -777,7 +869,7 @@ def place(rendered: Iterable[RenderedChart], targets: list[Target]) -> tuple[dic
     """The rendered charts' workloads placed on ``targets``: the labels the nodes end up with, where each workload
     runs, and the operands GPU VM hosts need that no chart deploys."""
     rendered = list(rendered)
-    loads = [w for c in rendered for w in workloads(c.release.chart, c.objects)]
+    loads = [w for c in rendered for w in workloads(c.release.chart, c.objects, c.release.namespace)]
     labels = converge(loads, targets, OperatorPolicy.of(o for c in rendered for o in c.objects))
     missing = [c for chart in rendered for c in undeployed(chart.release.chart, loads, targets)]
     return labels, coverage(loads, targets, labels) + missing
@@ -962,12 +1054,35 @@ class Render:
 
 
 def releases(plan: StackPlan, baremetal_chart: str = GPU_OPERATOR_CHART) -> list[ChartRelease]:
-    """What the stack installs: the AKS cluster's release, or the bare-metal cluster's (kubernetes.yml's chart)."""
+    """What the stack installs: the AKS cluster's releases (NVIDIA's where it has NVIDIA pools, the AMD GPU Operator's
+    where it has AMD pools), or the bare-metal cluster's (kubernetes.yml's chart where a host group has NVIDIA GPUs,
+    the AMD GPU Operator's where one has AMD GPUs and the stack pins it)."""
     if plan.cluster is not None:
-        return [plan.cluster.gpu_software]
-    if plan.baremetal is not None and any(g.gpu_model for g in plan.host_groups):
-        return [plan.baremetal.releases[baremetal_chart]]
-    return []
+        return [r for r in (plan.cluster.gpu_software, plan.cluster.amd_gpu_software) if r is not None]
+    if plan.baremetal is None:
+        return []
+    out = []
+    if any(g.gpu_model and g.vendor != "amd" for g in plan.host_groups):
+        out.append(plan.baremetal.releases[baremetal_chart])
+    if AMD_GPU_OPERATOR_CHART in plan.baremetal.releases:
+        out.append(plan.baremetal.releases[AMD_GPU_OPERATOR_CHART])
+    return out
+
+
+def dcm_file(wanted: Iterable[ChartRelease]) -> GeneratedFile | None:
+    """The AMD GPU Operator's DCM ConfigMap, which gpufleet creates beside the chart (:mod:`gpufleet.kube.amd_operator`
+    says why); None where no release runs the DCM."""
+    objects = [o for o in map(dcm_config_map, wanted) if o is not None]
+    if not objects:
+        return None
+    return GeneratedFile(
+        "amd-dcm",
+        "gpufleet-amd-dcm.yaml",
+        "The AMD GPU Operator's Device Config Manager profiles (its DeviceConfig's configManager.config names this\n"
+        "ConfigMap; the chart does not create it). Apply before or with the chart; a node's profile is its label\n"
+        "dcm.amd.com/gpu-config-profile, which gpufleet sets (docs/amd.md).",
+        objects,
+    )
 
 
 def render(
@@ -990,8 +1105,8 @@ def render(
             progress(f"helm template {release.chart} {release.version} ({chart})")
         manifest = helm_template(release, chart, plan.release["kubernetes"], helm)
         rendered.append(RenderedChart(release, manifest, parse_objects(manifest)))
-    chart_name = wanted[0].chart if wanted else baremetal_chart
-    targets = stack_targets(plan, chart_name)
+    names = [r.chart for r in wanted] or [baremetal_chart]
+    targets = stack_targets(plan, names[0], names[1:])
     labels, placed = place(rendered, targets)
     from gpufleet.catalog import load_catalog
 
@@ -1001,6 +1116,8 @@ def render(
         monitoring_objects(plan, cost),
         node_remediation_plan(plan),
     )
+    if (dcm := dcm_file(wanted)) is not None:
+        generated.append(dcm)
     return Render(plan.stack, rendered, targets, labels, placed, generated)
 
 

@@ -3,7 +3,9 @@
 picked at the top. Grafana's dashboard JSON model (schema v1), in a ConfigMap its dashboard sidecar loads.
 
 The queries read the DCGM exporter's series with the ``node`` and ``pool`` labels gpufleet's scrape adds
-(:mod:`gpufleet.kube.monitoring`); ``$datasource``, ``$pool`` and ``$node`` are the dashboard's variables.
+(:mod:`gpufleet.kube.monitoring`); ``$datasource``, ``$pool`` and ``$node`` are the dashboard's variables. An AMD
+Instinct pool's row, and the AMD node view, read AMD's Device Metrics Exporter instead (gpufleet/catalog/
+amd_metrics.yaml), scraped with the same two labels.
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ PRESENT = "DCGM_FI_DEV_GPU_TEMP"
 ON_NODE = '{node="$node"}'
 GPU_LEGEND = "GPU {{gpu}}"
 MIG_LEGEND = "GPU {{gpu}} {{GPU_I_PROFILE}} #{{GPU_I_ID}}"
+# AMD's exporter: activity and power are the physical GPU's, reported on its primary partition (gpu_partition_id 0,
+# which an unpartitioned GPU has too); the health flag is on every GPU and partition
+AMD_PRIMARY = 'gpu_partition_id="0"'
+AMD_PRESENT = "gpu_health"
+AMD_GPU_LEGEND = "GPU {{gpu_id}}"
+AMD_PARTITION_LEGEND = "GPU {{gpu_id}} #{{gpu_partition_id}}"
 
 
 @dataclass
@@ -104,6 +112,43 @@ def _pool(layout: Layout, pool: PoolPlan, cost: StackCost | None) -> None:
         )
 
 
+def _amd_pool(layout: Layout, pool: PoolPlan, cost: StackCost | None) -> None:
+    on = f'{{pool="{pool.name}"}}'
+    primary = f'{{pool="{pool.name}", {AMD_PRIMARY}}}'
+    layout.row(f"Pool {pool.name}: {pool.vm_size}, {pool.gpus_per_node} x {pool.gpu_model} per node")
+    layout.panel("GPU activity by node", f"avg by (node) (gpu_gfx_activity{primary}) / 100", "percentunit", "{{node}}")
+    layout.panel("VRAM used by node", f"sum by (node) (gpu_used_vram{on})", "mbytes", "{{node}}")
+    layout.panel("Hottest GPU by node", f"max by (node) (gpu_junction_temperature{on})", "celsius", "{{node}}")
+    layout.panel("Power by node", f"sum by (node) (gpu_package_power{primary})", "watt", "{{node}}")
+    layout.panel("Unhealthy GPUs by node", f"count by (node) ({AMD_PRESENT}{on} == 0)", "none", "{{node}}", kind="stat")
+    priced = cost.pool(pool.name) if cost is not None else None
+    if priced is not None and priced.usd_per_node_hour is not None:
+        nodes = f"count(group by (node) ({AMD_PRESENT}{on}))"
+        layout.panel("Cost now ($ per hour)", f"{nodes} * {priced.usd_per_node_hour}", "currencyUSD", kind="stat")
+    if pool.amd_partitions is not None and pool.amd_partitions.logical_gpus:
+        plan = ", ".join(f"{n} x {pair}" for pair, n in sorted(pool.amd_partitions.logical_gpus.items()))
+        layout.panel(
+            f"Logical GPUs per node (plan: {plan})",
+            f"count by (node, gpu_compute_partition_type) ({AMD_PRESENT}{on})",
+            "none",
+            "{{node}} {{gpu_compute_partition_type}}",
+        )
+
+
+def _amd_node(layout: Layout) -> None:
+    layout.row("AMD node $node: its GPUs")
+    primary = f'{{node="$node", {AMD_PRIMARY}}}'
+    layout.panel("GPU activity", f"gpu_gfx_activity{primary}", "percent", AMD_GPU_LEGEND)
+    layout.panel("Memory activity", f"gpu_umc_activity{primary}", "percent", AMD_GPU_LEGEND)
+    layout.panel("VRAM used", f"gpu_used_vram{ON_NODE}", "mbytes", AMD_PARTITION_LEGEND)
+    layout.panel("Junction temperature", f"gpu_junction_temperature{ON_NODE}", "celsius", AMD_GPU_LEGEND)
+    layout.panel("Power", f"gpu_package_power{primary}", "watt", AMD_GPU_LEGEND)
+    layout.panel("Health (1 healthy, 0 unhealthy)", f"{AMD_PRESENT}{ON_NODE}", "none", AMD_PARTITION_LEGEND)
+    layout.panel(
+        "Uncorrectable ECC errors", f"gpu_ecc_uncorrect_total{ON_NODE}", "none", AMD_PARTITION_LEGEND, kind="stat"
+    )
+
+
 def _node(layout: Layout) -> None:
     layout.row("Node $node: its GPUs")
     layout.panel("GPU utilisation", f"DCGM_FI_DEV_GPU_UTIL{ON_NODE}", "percent", GPU_LEGEND)
@@ -127,6 +172,9 @@ def _node(layout: Layout) -> None:
 
 def _variables(plan: StackPlan) -> list[dict[str, Any]]:
     pools = [p.name for p in plan.pools]
+    amd = any(p.vendor == "amd" for p in plan.pools)
+    # the nodes the exporters see: DCGM's, and AMD's where the stack has AMD pools
+    present = f'{{__name__=~"{PRESENT}|{AMD_PRESENT}", pool="$pool"}}' if amd else f'{PRESENT}{{pool="$pool"}}'
     first = {"text": pools[0], "value": pools[0]} if pools else {"text": "", "value": ""}
     return [
         {"type": "datasource", "name": "datasource", "label": "Prometheus", "query": "prometheus"},
@@ -143,7 +191,7 @@ def _variables(plan: StackPlan) -> list[dict[str, Any]]:
             "name": "node",
             "label": "Node",
             "datasource": dict(DATASOURCE),
-            "query": f'label_values({PRESENT}{{pool="$pool"}}, node)',
+            "query": f"label_values({present}, node)",
             "refresh": 2,
             "sort": 1,
         },
@@ -155,8 +203,11 @@ def dashboard(plan: StackPlan, cost: StackCost | None) -> dict[str, Any]:
     layout = Layout()
     _fleet(layout)
     for pool in plan.pools:
-        _pool(layout, pool, cost)
-    _node(layout)
+        (_amd_pool if pool.vendor == "amd" else _pool)(layout, pool, cost)
+    if any(p.vendor != "amd" for p in plan.pools):
+        _node(layout)
+    if any(p.vendor == "amd" for p in plan.pools):
+        _amd_node(layout)
     return {
         "uid": f"gpufleet-{plan.stack}"[:40],
         "title": f"gpufleet GPUs: {plan.stack}",

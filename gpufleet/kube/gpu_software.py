@@ -373,7 +373,8 @@ def for_baremetal(
     if vms:
         vgpu = next((g.vgpu for g in vms if g.vgpu is not None), None)
         sandbox = SandboxWorkloads(passthrough=any(g.gpu_workload == "vm-passthrough" for g in vms), vgpu=vgpu)
-    gpu_groups = [(g.advertiser, g.nvlink_multi_node) for g in groups if g.gpu_model is not None]
+    # NVIDIA's GPUs only: AMD host groups get the AMD GPU Operator (gpufleet.kube.amd_operator)
+    gpu_groups = [(g.advertiser, g.nvlink_multi_node) for g in groups if g.gpu_model is not None and g.vendor != "amd"]
     return GpuSoftware(
         driver_preinstalled=driver_preinstalled,
         toolkit_preinstalled=toolkit_preinstalled,
@@ -420,19 +421,24 @@ def for_aks(
     *,
     monitoring: bool = False,
     dra_version: str | None = None,
+    gpu_taints: Iterable[str] | None = None,
 ) -> GpuSoftware:
     """An AKS cluster: the operator's driver (and toolkit) daemonsets run only when a pool's AKS driver is
     ``None``; on the other pools of such a cluster the ``nvidia.com/gpu.deploy.driver=false`` label keeps them off
     (:func:`gpufleet.plan.build.pool_labels`). MIG layouts come from the operator-managed pools, sharing configs
     from the pools' ``sharing`` (named as their ``nvidia.com/device-plugin.config`` label), and the daemonsets
-    tolerate every GPU pool's taints. A MIG mode change needs a reboot on Azure VMs (``WITH_REBOOT``)."""
+    tolerate every GPU pool's taints (``gpu_taints``: those of the cluster's other GPU pools too, AMD's, so that
+    NFD's worker labels their nodes; NVIDIA's operands stay off them by their node selection, NFD's
+    ``pci-10de`` and ``nvidia.com/gpu.present``, which AMD nodes never get). A MIG mode change needs a reboot on
+    Azure VMs (``WITH_REBOOT``)."""
     operator_driver = any(p.aks_gpu_driver == "None" for p in pools)
     sharing = tuple(
         SharingConfig(name=p.sharing.config_name, mode=p.sharing.mode, replicas=p.sharing.replicas)
         for p in pools
         if p.sharing.mode != "none" and p.sharing.config_name and p.sharing.replicas
     )
-    taints = tuple(dict.fromkeys(t for p in pools for t in p.taints))  # spot pools' AKS taint included
+    # spot pools' AKS taint included
+    taints = tuple(dict.fromkeys([*(t for p in pools for t in p.taints), *(gpu_taints or ())]))
     return GpuSoftware(
         driver_preinstalled=not operator_driver,
         toolkit_preinstalled=not operator_driver,
@@ -445,6 +451,14 @@ def for_aks(
         monitoring=monitoring,
         **_advertising([(p.advertiser, p.nvlink_multi_node) for p in pools], dra_version),
     )
+
+
+def deploys_nfd(chart: str, software: GpuSoftware) -> bool:
+    """Whether ``chart`` with ``software``'s values deploys Node Feature Discovery: the GPU Operator always (its
+    ``nfd.enabled``), the device plugin chart only with GPU Feature Discovery (MPS sharing:
+    :func:`device_plugin_values`; its subchart's condition is ``nfd.enabled,gfd.enabled``). A cluster runs one NFD:
+    the AMD GPU Operator's chart brings its own only where this one does not (gpufleet.kube.amd_operator)."""
+    return chart == GPU_OPERATOR_CHART or any(sharing.mode == "mps" for sharing in software.sharing)
 
 
 # -- charts, versions and the node labels their software reads -------------------------------------------------

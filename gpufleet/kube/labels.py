@@ -49,3 +49,15 @@ DRA_OPERAND_LABELS = (
     "nvidia.com/gpu.deploy.dcgm-dra",
     "nvidia.com/gpu.deploy.dcgm-exporter-dra",
 )
+# The AMD GPU Operator (docs/amd.md, gpufleet.kube.amd_operator). gpufleet puts AMD_GPU_OPERATOR_LABEL=true on the AMD
+# pools and host groups the operator serves (every AMD one but those of advertiser none), and its DeviceConfig selects
+# the nodes that carry it and NFD's AMD_GPU_FEATURE_LABEL=true (set by NFD from the chart's NodeFeatureRule
+# amd-gpu-label-nfd-rule, on nodes with an AMD Instinct PCI function): exactly the planned nodes, once NFD has seen
+# their GPUs (without NFD's label the operator strips its node labeller's labels again: ROCm/gpu-operator v1.5.1
+# internal/controllers/device_config_reconciler.go, handleNodeLabeller).
+AMD_GPU_OPERATOR_LABEL = "gpufleet.io/amd-gpu-operator"
+AMD_GPU_FEATURE_LABEL = "feature.node.kubernetes.io/amd-gpu"
+# The Device Config Manager applies the partition profile a node's label names (gpu-operator docs/dcm/
+# applying-partition-profiles.rst); gpufleet sets it from an AMD pool's or host group's amd_partitions (managed_by:
+# operator) to the layout's profile, an entry of the DCM ConfigMap gpufleet writes.
+DCM_PROFILE_LABEL = "dcm.amd.com/gpu-config-profile"

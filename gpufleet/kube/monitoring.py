@@ -10,23 +10,30 @@ Written for an AKS stack whose ``gpu_software.monitoring`` says a Prometheus ope
 - a ScrapeConfig for the exporter AKS runs itself on managed GPU pools (no Service: it serves on the node);
 - a PrometheusRule: GPU health (XID 79, double-bit ECC, row-remap failure, thermal and power throttling, NVLink
   errors), a node idle for hours with its pool's $/hour (``gpufleet cost``), a MIG layout unlike the plan's;
-- a ConfigMap with the stack's Grafana dashboard, labelled for Grafana's dashboard sidecar.
+- a ConfigMap with the stack's Grafana dashboard, labelled for Grafana's dashboard sidecar;
+- for AMD Instinct pools (:func:`amd_monitoring_objects`), in the AMD GPU Operator's namespace: a ServiceMonitor for
+  AMD's Device Metrics Exporter (the Service the operator makes from its DeviceConfig's ``metricsExporter``), with
+  ``node`` and ``pool`` on each series as for DCGM, and a PrometheusRule: the exporter's health flag, uncorrectable
+  ECC errors, a fatal RAS event (AFID), an AMD node idle for hours with its pool's $/hour.
 
 Pure: the plan, the stack's cost and the DCGM catalog in, Kubernetes objects out.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
 from gpufleet.azure.cost import StackCost
+from gpufleet.catalog.amd import AmdMetricsCatalog, load_amd_metrics
 from gpufleet.catalog.dcgm import DcgmCatalog, load_dcgm_catalog
+from gpufleet.kube.amd_operator import DEVICE_CONFIG
 from gpufleet.kube.dashboard import MANAGED_BY, dashboard_configmap
 from gpufleet.kube.gpu_software import GPU_OPERATOR_CHART
 from gpufleet.kube.labels import POOL_LABEL
 from gpufleet.plan.model import PoolPlan, StackPlan
+from gpufleet.spec.models import AMD_GPU_OPERATOR_NAMESPACE
 
 MONITORING_API = "monitoring.coreos.com/v1"
 SCRAPE_CONFIG_API = "monitoring.coreos.com/v1alpha1"
@@ -50,6 +57,10 @@ MIG_DRIFT_FOR = "30m"
 
 ACTIVITY = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 PRESENT = "DCGM_FI_DEV_GPU_TEMP"  # every whole GPU reports it: the nodes the exporter sees
+# AMD's exporter (gpufleet/catalog/amd_metrics.yaml): graphics activity in percent (0-100), on the primary partition
+# of a partitioned GPU; the health flag (1 healthy, 0 unhealthy) on every GPU and partition
+AMD_ACTIVITY = "gpu_gfx_activity"
+AMD_HEALTH = "gpu_health"
 
 
 def enabled(plan: StackPlan) -> bool:
@@ -243,9 +254,11 @@ def mig_alerts(pool: PoolPlan) -> list[Alert]:
 
 
 def rule_groups(plan: StackPlan, cost: StackCost | None) -> list[dict[str, Any]]:
-    """The PrometheusRule's groups (what ``promtool check rules`` reads)."""
+    """The PrometheusRule's groups (what ``promtool check rules`` reads): NVIDIA's pools (AMD's: amd_rule_groups)."""
     groups = [{"name": "gpufleet-gpu-health", "rules": [a.rule() for a in health_alerts()]}]
-    groups.append({"name": "gpufleet-gpu-idle-cost", "rules": [idle_alert(p, cost).rule() for p in plan.pools]})
+    idle = [idle_alert(p, cost).rule() for p in plan.pools if p.vendor != "amd"]
+    if idle:
+        groups.append({"name": "gpufleet-gpu-idle-cost", "rules": idle})
     mig = [a.rule() for p in plan.pools for a in mig_alerts(p)]
     if mig:
         groups.append({"name": "gpufleet-mig-layout", "rules": mig})
@@ -261,6 +274,103 @@ def prometheus_rule(plan: StackPlan, namespace: str, cost: StackCost | None) -> 
     }
 
 
+# -- AMD Instinct: the AMD GPU Operator's Device Metrics Exporter ------------------------------------------------
+
+
+def amd_pools(plan: StackPlan) -> list[PoolPlan]:
+    return [p for p in plan.pools if p.vendor == "amd"]
+
+
+def amd_namespace(plan: StackPlan) -> str:
+    """The AMD GPU Operator's namespace: its release's (the plan's ``amd_gpu_software``), else the stack's default."""
+    release = plan.cluster.amd_gpu_software if plan.cluster is not None else None
+    return release.namespace if release is not None else AMD_GPU_OPERATOR_NAMESPACE
+
+
+def amd_service_monitor(namespace: str, amd: AmdMetricsCatalog, device_config: str = DEVICE_CONFIG) -> dict[str, Any]:
+    """The ServiceMonitor of the exporter Service the AMD GPU Operator makes for ``device_config`` (its name in
+    ``app.kubernetes.io/service``), with ``node`` and ``pool`` on each series. The operator's own ServiceMonitor
+    (``metricsExporter.prometheus.serviceMonitor``) stays off: it cannot add the pool, and both would scrape twice."""
+    exporter = amd.operator_exporter
+    endpoint = {
+        "port": exporter.port_name,
+        "path": exporter.path,
+        "interval": SCRAPE_INTERVAL,
+        "relabelings": _pool_relabelings("__meta_kubernetes_pod_node_name", _meta_label(POOL_LABEL)),
+    }
+    return {
+        "apiVersion": MONITORING_API,
+        "kind": "ServiceMonitor",
+        "metadata": {"name": "gpufleet-amd-metrics-exporter", "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "spec": {
+            "attachMetadata": {"node": True},
+            "namespaceSelector": {"matchNames": [namespace]},
+            "selector": {"matchLabels": {exporter.service_label: exporter.service(device_config)}},
+            "endpoints": [endpoint],
+        },
+    }
+
+
+AMD_WHERE = (
+    "AMD GPU {{ $labels.gpu_id }} (partition {{ $labels.gpu_partition_id }}, serial {{ $labels.serial_number }}) of"
+    " node {{ $labels.node }} (pool {{ $labels.pool }})"
+)
+
+
+def amd_health_alerts() -> list[Alert]:
+    """Alerts on any AMD GPU the exporter sees: its own health verdict, and the faults behind it."""
+    return [
+        Alert(
+            "GpuUnhealthy", f"{AMD_HEALTH} == 0", "critical", "An AMD GPU is unhealthy",
+            f"{AMD_WHERE} is unhealthy by the exporter's health check (uncorrectable ECC errors above its threshold, or"
+            " a fatal RAS event): the device plugin no longer offers it. Its node's other alerts say why.",
+        ),
+        Alert(
+            "GpuUncorrectableEccErrors", "gpu_ecc_uncorrect_total > 0", "critical",
+            "An AMD GPU had uncorrectable ECC errors",
+            f"{AMD_WHERE} has counted {{{{ $value }}}} uncorrectable ECC errors: its jobs may have computed on bad"
+            " data. gpufleet's remediation treats it as NVIDIA's Xid 48 (docs/remediation.md).",
+        ),
+        Alert(
+            "GpuFatalRasEvent", 'gpu_afid_errors{severity="fatal"} > 0', "critical",
+            "An AMD GPU's last RAS event is fatal",
+            f"{AMD_WHERE} logged a fatal RAS event, AFID {{{{ $value }}}} (AMD's AFID Event List names it): the GPU"
+            " needs its node rebooted (docs/remediation.md).",
+        ),
+    ]  # fmt: skip
+
+
+def amd_idle_alert(pool: PoolPlan, cost: StackCost | None) -> Alert:
+    """NVIDIA's idle alert (:func:`idle_alert`: the same words and price) on AMD's activity, a percentage."""
+    expr = (
+        f'max by ({NODE}, {POOL}) (max_over_time({AMD_ACTIVITY}{{{POOL}="{pool.name}"}}[15m]))'
+        f" < {IDLE_ACTIVITY * 100:g}"
+    )
+    return replace(idle_alert(pool, cost), expr=expr)
+
+
+def amd_rule_groups(plan: StackPlan, cost: StackCost | None) -> list[dict[str, Any]]:
+    """The AMD PrometheusRule's groups."""
+    return [
+        {"name": "gpufleet-amd-gpu-health", "rules": [a.rule() for a in amd_health_alerts()]},
+        {"name": "gpufleet-amd-gpu-idle-cost", "rules": [amd_idle_alert(p, cost).rule() for p in amd_pools(plan)]},
+    ]
+
+
+def amd_monitoring_objects(plan: StackPlan, cost: StackCost | None) -> list[dict[str, Any]]:
+    """The AMD pools' scrape and alerts, in the AMD GPU Operator's namespace; none without AMD pools or monitoring."""
+    if not enabled(plan) or not amd_pools(plan):
+        return []
+    namespace = amd_namespace(plan)
+    rule = {
+        "apiVersion": MONITORING_API,
+        "kind": "PrometheusRule",
+        "metadata": {"name": "gpufleet-amd-gpu-alerts", "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "spec": {"groups": amd_rule_groups(plan, cost)},
+    }
+    return [amd_service_monitor(namespace, load_amd_metrics()), rule]
+
+
 # -- the objects --------------------------------------------------------------------------------------------------
 
 
@@ -269,7 +379,10 @@ def monitoring_objects(plan: StackPlan, cost: StackCost | None) -> list[dict[str
     if not enabled(plan) or plan.cluster is None:
         return []
     dcgm = load_dcgm_catalog()
-    namespace = plan.cluster.gpu_software.namespace
+    release = plan.cluster.gpu_software or plan.cluster.amd_gpu_software  # None: NVIDIA's; no NVIDIA pool
+    if release is None:
+        return []
+    namespace = release.namespace
     objects = []
     if plan.cluster.gpu_chart == GPU_OPERATOR_CHART:
         objects.append(service_monitor(namespace, dcgm))
@@ -277,4 +390,5 @@ def monitoring_objects(plan: StackPlan, cost: StackCost | None) -> list[dict[str
         objects.append(managed_scrape_config(namespace, dcgm))
     objects.append(prometheus_rule(plan, namespace, cost))
     objects.append(dashboard_configmap(plan, namespace, cost))
+    objects += amd_monitoring_objects(plan, cost)
     return objects

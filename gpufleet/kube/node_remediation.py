@@ -13,6 +13,13 @@ The engine is **node-problem-detector** (NPD) with medik8s' **Node Healthcheck**
   on); **Self Node Remediation** reboots the node (AKS nodes; hosts whose BMCs fence_redfish cannot reach).
   ``maxUnhealthy`` holds the group limits: at most ``max_hosts_at_once`` nodes, and never the last healthy one.
 
+AMD Instinct nodes log no Xids. Their faults (gpufleet/catalog/amd_faults.yaml) reach NPD through AMD's own helper:
+a second monitor, a *custom plugin* monitor, runs ``amdgpuhealth`` (which AMD's metrics exporter puts on each of its
+nodes, /var/lib/amd-metrics-exporter) per fault signal the cluster can observe (a fatal CPER record, uncorrectable ECC
+errors) and sets the condition of the signal's action (:data:`AMD_CONDITIONS`); an AMD pool's or host group's
+NodeHealthCheck watches those. The device plugin already withdraws a GPU the exporter finds unhealthy from the node's
+allocatable GPUs (AMD's own health check); the monitor adds the node-level actions the policy asks for.
+
 NHC remediates a node, not a GPU, so one remediator serves every node-level action of a group: the strongest its
 policy uses (a GPU reset becomes a reboot or power cycle). A ``cordon`` Xid sets ``GPUXidNeedsService`` and nothing
 acts on it: a person does. Why this engine and not NVIDIA's NVSentinel: its chart cannot be obtained here to render or
@@ -39,6 +46,8 @@ from gpufleet.fleet.remediation import (
 from gpufleet.kube.dra import MANAGED_BY
 from gpufleet.kube.gpu_software import CONTAINER_WORKLOAD
 from gpufleet.kube.labels import POOL_LABEL
+
+AMD = "amd"
 
 if TYPE_CHECKING:
     from gpufleet.catalog.releases import NodeRemediationRelease
@@ -67,6 +76,24 @@ REBOOT_TEMPLATE = "gpufleet-reboot"
 FENCE_AGENT = "fence_redfish"
 BMC_SECRET_PREFIX = "gpufleet-bmc-"  # + host: the Secret with the host's BMC password (key --password)
 Remediator = Literal["reboot", "power-cycle"]
+
+# AMD Instinct nodes: NPD's custom plugin monitor running AMD's amdgpuhealth (amd_faults.yaml, [helper]): the
+# condition of each action, the monitor's ConfigMap, and where the exporter puts the helper on the node.
+AMD_CONDITIONS: dict[Action, str] = {
+    "cordon": "AMDGPUNeedsService",
+    "gpu-reset": "AMDGPUNeedsReset",
+    "reboot": "AMDGPUNeedsReboot",
+    "power-cycle": "AMDGPUNeedsPowerCycle",
+}
+AMD_MONITOR_CONFIGMAP = "gpufleet-amd-gpu-monitor"
+AMD_MONITOR_FILE = "amd-gpu-monitor.json"
+AMD_MONITOR_SOURCE = "gpufleet-amd-gpu"
+AMDGPUHEALTH = "/var/lib/amd-metrics-exporter/amdgpuhealth"  # the exporter's hostPath volume "health"
+# amdgpuhealth reads the exporter each time (the exporter polls its GPUs every 30 s): NPD's defaults, the helper's
+# own time within the monitor's (NPD v1.36.0 refuses a rule timeout above the global one)
+AMD_INVOKE_INTERVAL = "30s"
+AMD_GLOBAL_TIMEOUT = "15s"
+AMD_RULE_TIMEOUT = "10s"
 
 
 def xid_rule_pattern(code: int) -> str:
@@ -165,6 +192,68 @@ def node_actions(policy: Policy) -> list[Action]:
     return [a for a in ACTIONS if a in RECOVERING and a in used]
 
 
+def amd_actions(policy: Policy) -> dict[str, Action]:
+    """The action of each AMD fault signal the cluster observes (those amdgpuhealth can probe), by signal."""
+    from gpufleet.catalog.amd import load_amd_faults
+
+    return {s.signal: policy.amd_action(s.signal) for s in load_amd_faults().signals if s.probe}
+
+
+def amd_node_actions(policy: Policy) -> list[Action]:
+    """The node-level actions the AMD signals the cluster observes call for, mildest first."""
+    used = set(amd_actions(policy).values())
+    return [a for a in ACTIONS if a in RECOVERING and a in used]
+
+
+def amd_rule_reason(signal: str) -> str:
+    """The reason of a signal's rule: ``afid_fatal`` -> ``AMDAfidFatal``."""
+    return "AMD" + "".join(part.capitalize() for part in signal.split("_"))
+
+
+def amd_monitor_config(policy: Policy) -> dict[str, Any]:
+    """NPD's custom plugin monitor for AMD nodes: a permanent rule per observed signal that calls for an action,
+    running amdgpuhealth with the signal's probe (exit 1 sets the action's condition True, 0 keeps it False, 2 is
+    unknown); signals whose action is ``none`` get no rule (the helper would repeat its event every 30 s)."""
+    from gpufleet.catalog.amd import load_amd_faults
+
+    actions = amd_actions(policy)
+    rules = [
+        {
+            "type": "permanent",
+            "condition": AMD_CONDITIONS[actions[s.signal]],
+            "reason": amd_rule_reason(s.signal),
+            "path": AMDGPUHEALTH,
+            "args": list(s.probe),
+            "timeout": AMD_RULE_TIMEOUT,
+        }
+        for s in load_amd_faults().signals
+        if actions.get(s.signal, "none") != "none"
+    ]
+    used = [a for a in ACTIONS if a in actions.values() and a != "none"]
+    plugin = {
+        "invoke_interval": AMD_INVOKE_INTERVAL,
+        "timeout": AMD_GLOBAL_TIMEOUT,
+        "max_output_length": 80,
+        "concurrency": 3,
+        "enable_message_change_based_condition_update": False,
+    }
+    return {
+        "plugin": "custom",
+        "pluginConfig": plugin,
+        "source": AMD_MONITOR_SOURCE,
+        "metricsReporting": True,
+        "conditions": [
+            {
+                "type": AMD_CONDITIONS[a],
+                "reason": f"No{AMD_CONDITIONS[a]}",
+                "message": f"no AMD GPU fault calls for {_MEANS[a]}",
+            }
+            for a in used
+        ],
+        "rules": rules,
+    }
+
+
 def fence_node(host: BaremetalHost) -> FenceNode | str:
     """fence_redfish's parameters for a host, or why fence_redfish cannot reach its BMC."""
     scheme, address, port = host.bmc.endpoint
@@ -176,15 +265,17 @@ def fence_node(host: BaremetalHost) -> FenceNode | str:
     return FenceNode(host.name, address, port, host.bmc.username, systems_uri, not host.bmc.verify_tls)
 
 
-def _group(target: str, selector: dict[str, Any], nodes: int, policy: Policy, fence: list[FenceNode | str] | None
-           ) -> NodeGroup | Skipped:  # fmt: skip
-    actions = node_actions(policy)
+def _group(target: str, selector: dict[str, Any], nodes: int, policy: Policy, fence: list[FenceNode | str] | None,
+           vendor: str | None = None) -> NodeGroup | Skipped:  # fmt: skip
+    """``vendor`` amd: the AMD monitor's conditions, of the AMD signals' actions; else the Xids'."""
+    actions = amd_node_actions(policy) if vendor == AMD else node_actions(policy)
     if not actions:
-        return Skipped(target, "no Xid of its policy calls for a GPU reset, reboot or power cycle")
+        what = "AMD GPU fault the cluster observes" if vendor == AMD else "Xid of its policy"
+        return Skipped(target, f"no {what} calls for a GPU reset, reboot or power cycle")
     limit = max_unhealthy(policy, nodes)
     if limit == 0:
         return Skipped(target, f"{nodes} node{'s' if nodes != 1 else ''} at its fewest: never its last healthy node")
-    conditions = tuple(CONDITIONS[a] for a in actions)
+    conditions = tuple((AMD_CONDITIONS if vendor == AMD else CONDITIONS)[a] for a in actions)
     if actions[-1] != "power-cycle":
         return NodeGroup(target, selector, nodes, limit, "reboot", conditions)
     if fence is None:
@@ -198,17 +289,19 @@ def _group(target: str, selector: dict[str, Any], nodes: int, policy: Policy, fe
 
 def pool_group(pool: PoolPlan, policy: Policy) -> NodeGroup | Skipped:
     """An AKS pool's group: its nodes carry gpufleet's pool label; the autoscaler's minimum counts."""
-    return _group(pool.name, {"matchLabels": {POOL_LABEL: pool.labels[POOL_LABEL]}}, pool.nodes.min, policy, None)
+    selector = {"matchLabels": {POOL_LABEL: pool.labels[POOL_LABEL]}}
+    return _group(pool.name, selector, pool.nodes.min, policy, None, vendor=pool.vendor)
 
 
-def host_group(plan: StackPlan, group: str, policy: Policy) -> NodeGroup | Skipped:
-    """A host group's group: its BMC-managed hosts (baremetal.hosts), by node name (the host's name)."""
+def host_group(plan: StackPlan, group: str, policy: Policy, vendor: str | None = None) -> NodeGroup | Skipped:
+    """A host group's group: its BMC-managed hosts (baremetal.hosts), by node name (the host's name); ``vendor``:
+    its GPUs'."""
     hosts = sorted((h for h in plan.baremetal.hosts if h.host_group == group), key=lambda h: h.name) \
         if plan.baremetal else []  # fmt: skip
     if not hosts:
         return Skipped(group, "no BMC-managed hosts (baremetal.hosts) to name its nodes")
     selector = {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [h.name for h in hosts]}]}
-    return _group(group, selector, len(hosts), policy, [fence_node(h) for h in hosts])
+    return _group(group, selector, len(hosts), policy, [fence_node(h) for h in hosts], vendor=vendor)
 
 
 @dataclass(frozen=True)
@@ -219,9 +312,12 @@ class NodeRemediationPlan:
     policy: Policy
     groups: tuple[NodeGroup, ...]
     skipped: tuple[Skipped, ...]
+    nvidia: bool = True  # the cluster has NVIDIA GPU nodes: the Xid monitor
+    amd: bool = False  # and AMD ones: the AMD monitor
 
     def objects(self) -> list[dict[str, Any]]:
-        objects = [self.monitor()]
+        objects = [self.monitor()] if self.nvidia else []
+        objects += [self.amd_monitor()] if self.amd else []
         if any(g.remediator == "reboot" for g in self.groups):
             objects.append(self.reboot_template())
         objects += [self.fence_template(g) for g in self.groups if g.remediator == "power-cycle"]
@@ -234,6 +330,14 @@ class NodeRemediationPlan:
             "kind": "ConfigMap",
             "metadata": {"name": MONITOR_CONFIGMAP, "namespace": NPD_NAMESPACE, "labels": dict(MANAGED_BY)},
             "data": {MONITOR_FILE: json.dumps(monitor_config(self.policy), indent=2) + "\n"},
+        }
+
+    def amd_monitor(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": AMD_MONITOR_CONFIGMAP, "namespace": NPD_NAMESPACE, "labels": dict(MANAGED_BY)},
+            "data": {AMD_MONITOR_FILE: json.dumps(amd_monitor_config(self.policy), indent=2) + "\n"},
         }
 
     def _meta(self, name: str) -> dict[str, Any]:
@@ -315,14 +419,16 @@ def node_remediation_plan(plan: StackPlan) -> NodeRemediationPlan | None:
     found: list[NodeGroup | Skipped]
     if plan.cluster is not None:
         found = [pool_group(p, policy) for p in plan.pools]
+        vendors = {p.vendor for p in plan.pools}
     else:
+        containers = [g for g in plan.host_groups if g.gpu_model is not None]
         found = [
-            host_group(plan, g.name, policy)
+            host_group(plan, g.name, policy, vendor=g.vendor)
             if g.gpu_workload in (None, CONTAINER_WORKLOAD)
             else Skipped(g.name, f"its GPUs go to VMs ({g.gpu_workload}): the host's kernel logs no Xid of theirs")
-            for g in plan.host_groups
-            if g.gpu_model is not None
+            for g in containers
         ]
+        vendors = {g.vendor for g in containers if g.gpu_workload in (None, CONTAINER_WORKLOAD)}
     if not found:
         return None
     return NodeRemediationPlan(
@@ -330,4 +436,6 @@ def node_remediation_plan(plan: StackPlan) -> NodeRemediationPlan | None:
         policy=policy,
         groups=tuple(f for f in found if isinstance(f, NodeGroup)),
         skipped=tuple(f for f in found if isinstance(f, Skipped)),
+        nvidia=vendors != {AMD},  # also without GPU nodes for containers: the file as it always was
+        amd=AMD in vendors,
     )

@@ -19,6 +19,11 @@ strategy (the cluster's, :func:`gpufleet.kube.gpu_software.aks_mig_strategy`; AK
 advertises each MIG instance as ``nvidia.com/gpu``, ``mixed`` as ``nvidia.com/mig-<profile>`` beside the whole GPUs'
 ``nvidia.com/gpu``; time-slicing or MPS multiply ``nvidia.com/gpu`` by their replicas; a DRA target's claims count
 against the logical resources of Kueue's ``deviceClassMappings`` (:data:`gpufleet.kube.dra.KUEUE_RESOURCES`).
+
+AMD Instinct targets advertise what AMD's device plugin names (:mod:`gpufleet.kube.amd_resources`: ``amd.com/gpu``
+under the cluster's ``single`` naming strategy, ``amd.com/<compute>_<nps>`` under ``mixed``). Each vendor's flavors
+and resources form their own resource group of the ClusterQueues: a flavor lists only its vendor's resources, so a
+workload asking for ``amd.com/gpu`` is offered AMD flavors only and one asking for ``nvidia.com/gpu`` NVIDIA ones.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpufleet.kube import amd_resources
 from gpufleet.kube.dra import GPU_CLASS, KUEUE_RESOURCES, MANAGED_BY, MIG_CLASS
 from gpufleet.kube.gpu_software import (
     CONTAINER_WORKLOAD,
@@ -34,15 +40,25 @@ from gpufleet.kube.gpu_software import (
     baremetal_mig_strategy,
     toleration,
 )
-from gpufleet.kube.labels import AKS_SPOT_TAINT, GPU_MODEL_LABEL, HOST_GROUP_LABEL, MIG_CONFIG_LABEL, POOL_LABEL
+from gpufleet.kube.labels import (
+    AKS_SPOT_TAINT,
+    DCM_PROFILE_LABEL,
+    GPU_MODEL_LABEL,
+    HOST_GROUP_LABEL,
+    MIG_CONFIG_LABEL,
+    POOL_LABEL,
+)
 from gpufleet.mig.outputs import advertised
 
 if TYPE_CHECKING:
-    from gpufleet.plan.model import HostGroupPlan, MigPlan, PoolPlan, StackPlan
+    from collections.abc import Iterable
+
+    from gpufleet.plan.model import AmdPartitionPlan, HostGroupPlan, MigPlan, PoolPlan, StackPlan
     from gpufleet.spec.models import Team
 
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_QUEUE = "gpufleet"  # the ClusterQueue of a stack without teams
+VENDORS = ("nvidia", "amd")  # the resource groups' order
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # the API server sets it on every namespace: its name
 
 
@@ -56,6 +72,7 @@ class Flavor:
     node_taints: tuple[str, ...]  # taints a workload must tolerate itself to get this flavor
     nodes: int
     per_node: dict[str, int]  # resource -> count a node advertises
+    vendor: str = "nvidia"  # whose GPUs: its resource group
 
     @property
     def name(self) -> str:
@@ -122,6 +139,34 @@ def pool_resources(pool: PoolPlan, strategy: str | None) -> dict[str, int]:
     return mig_resources(pool.mig, strategy, replicas)
 
 
+def amd_skip(target: str, advertiser: str) -> Skipped | None:
+    """Why an AMD target gets no flavor (None: it gets one)."""
+    if advertiser == "none":
+        return Skipped(target, "advertiser none: its GPUs are not allocatable")
+    if advertiser == "dra":
+        return Skipped(target, "AMD's DRA driver (DeviceClass gpu.amd.com) has no Kueue deviceClassMapping in gpufleet")
+    return None
+
+
+def amd_pool_flavor(pool: PoolPlan, strategy: amd_resources.NamingStrategy) -> Flavor | Skipped:
+    """An AMD pool's flavor: its nodes advertise what AMD's device plugin names under the cluster's strategy."""
+    if (skip := amd_skip(pool.name, pool.advertiser)) is not None:
+        return skip
+    per_node = amd_resources.node_resources(pool.amd_partitions, int(pool.gpus_per_node), strategy)
+    if not per_node:
+        return Skipped(pool.name, "its nodes' AMD GPU count is not known: quota unknown")
+    keys = (POOL_LABEL, GPU_MODEL_LABEL, DCM_PROFILE_LABEL)  # the profile where the plan labels the pool with it
+    return Flavor(
+        target=pool.name,
+        node_labels={key: pool.labels[key] for key in keys if key in pool.labels},
+        tolerations=tuple(t for t in pool.taints if t != AKS_SPOT_TAINT),
+        node_taints=tuple(t for t in pool.taints if t == AKS_SPOT_TAINT),
+        nodes=pool.nodes.max,
+        per_node={k: v for k, v in per_node.items() if v},
+        vendor="amd",
+    )
+
+
 def pool_flavor(pool: PoolPlan, strategy: str | None) -> Flavor | Skipped:
     if pool.advertiser == "none":
         return Skipped(pool.name, "advertiser none: its GPUs are not allocatable")
@@ -136,9 +181,32 @@ def pool_flavor(pool: PoolPlan, strategy: str | None) -> Flavor | Skipped:
     )
 
 
-def group_flavor(plan: StackPlan, group: HostGroupPlan, strategy: str | None, chart: str) -> Flavor | Skipped:
+def amd_group_flavor(group: HostGroupPlan, gpus: int, hosts: int, strategy: amd_resources.NamingStrategy
+                     ) -> Flavor | Skipped:  # fmt: skip
+    """An AMD host group's flavor: ``hosts`` nodes of ``gpus`` GPUs, advertised as AMD's device plugin names them."""
+    if (skip := amd_skip(group.name, group.advertiser)) is not None:
+        return skip
+    from gpufleet.catalog import load_catalog
+
+    partitionable = group.gpu_model is not None and load_catalog().gpu(group.gpu_model).partitions is not None
+    per_node = amd_resources.node_resources(group.amd_partitions, gpus, strategy, partitionable=partitionable)
+    if not per_node:
+        return Skipped(group.name, "its hosts' AMD partitions are not known per GPU: quota unknown")
+    return Flavor(
+        target=group.name,
+        node_labels={HOST_GROUP_LABEL: group.name},
+        tolerations=(),
+        node_taints=(),
+        nodes=hosts,
+        per_node={k: v for k, v in per_node.items() if v},
+        vendor="amd",
+    )
+
+
+def group_flavor(plan: StackPlan, group: HostGroupPlan, strategy: str | None, chart: str,
+                 amd_strategy: amd_resources.NamingStrategy = "single") -> Flavor | Skipped:  # fmt: skip
     """A host group's flavor: its nodes are its BMC-managed hosts; a host's GPUs the group's count, else the host's
-    expected count."""
+    expected count (``amd_strategy``: the AMD device plugin's naming strategy, for an AMD group)."""
     if group.advertiser == "none":
         return Skipped(group.name, "advertiser none: its GPUs are not allocatable")
     if group.gpu_workload not in (None, CONTAINER_WORKLOAD):
@@ -150,6 +218,8 @@ def group_flavor(plan: StackPlan, group: HostGroupPlan, strategy: str | None, ch
         return Skipped(group.name, why + ": quota unknown")
     (gpus,) = counts
     assert gpus is not None
+    if group.vendor == "amd":
+        return amd_group_flavor(group, gpus, len(hosts), amd_strategy)
     if group.advertiser == "dra":
         per_node = dra_resources(gpus, group.mig)
     elif group.mig is not None and group.mig.instances_per_node is not None:
@@ -197,30 +267,48 @@ class KueuePlan:
     queues: tuple[Queue, ...]
     skipped: tuple[Skipped, ...] = ()
 
+    def groups(self) -> list[tuple[list[str], list[Flavor]]]:
+        """The ClusterQueues' resource groups, one per vendor with resources: (coveredResources, whole GPUs first;
+        that vendor's flavors). Kueue needs each flavor to list every resource of its group, so keeping the vendors
+        apart keeps NVIDIA's resources out of AMD's flavors and back."""
+        out = []
+        for vendor in VENDORS:
+            flavors = [f for f in self.flavors if f.vendor == vendor]
+            found = dict.fromkeys(r for f in flavors for r in f.per_node)
+            whole = (GPU_RESOURCE, amd_resources.AMD_GPU_RESOURCE)
+            if found:
+                out.append((sorted(found, key=lambda r: (r not in whole, r)), flavors))
+        return out
+
     @property
     def resources(self) -> list[str]:
-        """The resources the flavors hold (whole GPUs first), the ClusterQueues' coveredResources."""
-        found = dict.fromkeys(r for f in self.flavors for r in f.per_node)
-        return sorted(found, key=lambda r: (r != GPU_RESOURCE, r))
+        """The resources the flavors hold (each group's, whole GPUs first), the ClusterQueues' coveredResources."""
+        return [r for covered, _ in self.groups() for r in covered]
 
     def quotas(self) -> dict[str, dict[str, dict[str, int]]]:
         """queue -> flavor -> resource -> nominal quota: each flavor's capacity split by the queues' weights."""
         out: dict[str, dict[str, dict[str, int]]] = {q.name: {} for q in self.queues}
         weights = [q.weight for q in self.queues]
-        for flavor in self.flavors:
-            for q in self.queues:
-                out[q.name][flavor.name] = {}
-            for resource in self.resources:
-                shares = split(flavor.quota.get(resource, 0), weights)
-                for q, share in zip(self.queues, shares, strict=True):
-                    out[q.name][flavor.name][resource] = share
+        for covered, flavors in self.groups():
+            for flavor in flavors:
+                for q in self.queues:
+                    out[q.name][flavor.name] = {}
+                for resource in covered:
+                    shares = split(flavor.quota.get(resource, 0), weights)
+                    for q, share in zip(self.queues, shares, strict=True):
+                        out[q.name][flavor.name][resource] = share
         return out
 
     def cluster_queue(self, queue: Queue, quotas: dict[str, dict[str, int]]) -> dict[str, Any]:
-        covered = self.resources
-        flavors = [
-            {"name": f.name, "resources": [{"name": r, "nominalQuota": quotas[f.name][r]} for r in covered]}
-            for f in self.flavors
+        groups = [
+            {
+                "coveredResources": covered,
+                "flavors": [
+                    {"name": f.name, "resources": [{"name": r, "nominalQuota": quotas[f.name][r]} for r in covered]}
+                    for f in flavors
+                ],
+            }
+            for covered, flavors in self.groups()
         ]
         selector: dict[str, Any] = {}
         if queue.namespace is not None:
@@ -230,8 +318,8 @@ class KueuePlan:
             spec["cohortName"] = queue.cohort
             # lent quota comes back: a team's pending workloads preempt what others borrowed from it
             spec["preemption"] = {"reclaimWithinCohort": "Any"}
-        if covered:
-            spec["resourceGroups"] = [{"coveredResources": covered, "flavors": flavors}]
+        if groups:
+            spec["resourceGroups"] = groups
         return {
             "apiVersion": self.api,
             "kind": "ClusterQueue",
@@ -262,6 +350,13 @@ def team_queues(teams: tuple[Team, ...]) -> tuple[Queue, ...]:
     return tuple(Queue(t.name, t.queue_namespace, t.cohort, t.weight) for t in teams)
 
 
+def amd_strategy(targets: Iterable[tuple[AmdPartitionPlan | None, str]]) -> amd_resources.NamingStrategy:
+    """The AMD device plugin's naming strategy from the cluster's AMD targets (partitions, advertiser): over those
+    the AMD GPU Operator serves (every advertiser but none), as its DeviceConfig is written
+    (gpufleet.kube.amd_operator)."""
+    return amd_resources.naming_strategy(parts for parts, advertiser in targets if advertiser != "none")
+
+
 def kueue_plan(plan: StackPlan, baremetal_chart: str = GPU_OPERATOR_CHART) -> KueuePlan | None:
     """The queues of a stack's cluster: its AKS GPU pools, else its bare-metal host groups with GPUs (the cluster
     ``gpufleet render`` renders, ``baremetal_chart``: the one whose role labels the hosts); None without GPUs."""
@@ -270,11 +365,13 @@ def kueue_plan(plan: StackPlan, baremetal_chart: str = GPU_OPERATOR_CHART) -> Ku
     found: list[Flavor | Skipped]
     if plan.cluster is not None:
         strategy = aks_mig_strategy(plan.pools)
-        found = [pool_flavor(p, strategy) for p in plan.pools]
+        amd = amd_strategy((p.amd_partitions, p.advertiser) for p in plan.pools if p.vendor == "amd")
+        found = [amd_pool_flavor(p, amd) if p.vendor == "amd" else pool_flavor(p, strategy) for p in plan.pools]
     else:
         groups = [g for g in plan.host_groups if g.gpu_model is not None]
         strategy = baremetal_mig_strategy(groups)
-        found = [group_flavor(plan, g, strategy, baremetal_chart) for g in groups]
+        amd = amd_strategy((g.amd_partitions, g.advertiser) for g in groups if g.vendor == "amd")
+        found = [group_flavor(plan, g, strategy, baremetal_chart, amd) for g in groups]
     if not found:
         return None
     return KueuePlan(

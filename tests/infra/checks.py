@@ -150,6 +150,29 @@ def the(resources: list[Registered], typ: str) -> Registered:
     return found
 
 
+NVIDIA_CHARTS = ("gpu-operator", "nvidia-device-plugin")
+
+
+def nvidia_release(resources: list[Registered]) -> Registered | None:
+    """NVIDIA's release of the stack (None: a cluster of AMD pools alone)."""
+    found = [r for r in of_type(resources, RELEASE) if r.inputs.get("chart") in NVIDIA_CHARTS]
+    assert len(found) <= 1, [r.name for r in found]
+    return found[0] if found else None
+
+
+def _nvidia_pools(resources: list[Registered]) -> list[Registered]:
+    """The AgentPools of NVIDIA sizes (AMD pools' driver is the AMD GPU Operator's: tests/infra/test_amd_program.py)."""
+    from gpufleet.catalog import load_catalog
+
+    catalog = load_catalog()
+    out = []
+    for pool in agent_pools(resources):
+        size = catalog.vm_size(str(_get(pool.inputs, "vmSize") or _get(pool.inputs, "properties.vmSize")))
+        if size is None or catalog.gpu(size.gpu).vendor == "nvidia":
+            out.append(pool)
+    return out
+
+
 def enum_problems(resources: list[Registered]) -> list[str]:
     """Every enum-valued input is one of the SDK's (or AKS's documented) values."""
     out = []
@@ -271,8 +294,10 @@ def taint_label_problems(resources: list[Registered], stack: Stack) -> list[str]
 def driver_problems(resources: list[Registered]) -> list[str]:
     """Who installs the driver agrees between the pools and the Helm values: the operator's driver (and toolkit)
     daemonsets are on exactly when a pool's AKS driver is None, and skip the pools where AKS installs it."""
-    pools = sorted(agent_pools(resources), key=lambda p: p.name)  # registration order is not fixed
-    release = the(resources, RELEASE)
+    pools = sorted(_nvidia_pools(resources), key=lambda p: p.name)  # registration order is not fixed
+    release = nvidia_release(resources)
+    if release is None:
+        return [f"NVIDIA pools {[p.name for p in pools]} and no NVIDIA release"] if pools else []
     values = release.inputs.get("values", {})
     operator_driver = [p for p in pools if _get(p.inputs, "gpuProfile.driver") == "None"]
     out = []
@@ -294,13 +319,16 @@ def driver_problems(resources: list[Registered]) -> list[str]:
 
 
 def helm_key_problems(resources: list[Registered]) -> list[str]:
-    """The release's values use only keys the chart has (its values.yaml and its subcharts')."""
-    release = the(resources, RELEASE)
-    chart = release.inputs.get("chart")
-    if chart not in PINNED:
-        return [f"no pinned chart {chart!r}"]
-    unknown = unknown_keys(release.inputs.get("values", {}), chart_keys(chart))
-    return [f"chart {chart} has no value {key}" for key in unknown]
+    """Each release's values use only keys its chart has (its values.yaml and its subcharts')."""
+    out = []
+    for release in of_type(resources, RELEASE):
+        chart = release.inputs.get("chart")
+        if chart not in PINNED:
+            out.append(f"no pinned chart {chart!r}")
+            continue
+        unknown = unknown_keys(release.inputs.get("values", {}), chart_keys(chart))
+        out += [f"chart {chart} has no value {key}" for key in unknown]
+    return out
 
 
 def rendered_configmaps(release: Registered) -> list[dict[str, Any]]:
@@ -329,7 +357,7 @@ DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 def kubernetes_object_problems(resources: list[Registered]) -> list[str]:
     """The rendered ConfigMaps and the Namespace validate against the Kubernetes schema, and their names are what
     the API server accepts."""
-    objects = rendered_configmaps(the(resources, RELEASE))
+    objects = [m for release in of_type(resources, RELEASE) for m in rendered_configmaps(release)]
     objects += [ns.inputs for ns in of_type(resources, NAMESPACE)]
     out = []
     for obj in objects:
@@ -348,21 +376,30 @@ def release_problems(resources: list[Registered], stack: Stack) -> list[str]:
     """The release is at the stack's pinned chart version, from the stack's repository, through a Kubernetes
     provider whose identity is the cluster (so a rotated kubeconfig does not replace it)."""
     assert stack.aks is not None
-    release = the(resources, RELEASE)
-    chart = str(release.inputs.get("chart"))
-    out = []
-    pin = chart_version(chart, stack.release.model_dump())
-    if release.inputs.get("version") != pin:
-        out.append(f"release version {release.inputs.get('version')}, pinned {pin}")
     settings = stack.aks.gpu_software
-    repo = settings.gpu_operator_repository if chart == "gpu-operator" else settings.device_plugin_repository
-    if _get(release.inputs, "repositoryOpts.repo") != repo:
-        out.append(f"release repository {_get(release.inputs, 'repositoryOpts.repo')}, the stack says {repo}")
+    repos = {
+        "gpu-operator": settings.gpu_operator_repository,
+        "nvidia-device-plugin": settings.device_plugin_repository,
+        "gpu-operator-charts": settings.amd_gpu_operator_repository,
+    }
+    pins = {
+        "gpu-operator-charts": stack.release.amd_gpu_operator,  # the AMD GPU Operator's pin
+    }
+    out = []
     providers = of_type(resources, K8S_PROVIDER)
     if len(providers) != 1 or not providers[0].inputs.get("clusterIdentifier"):
         out.append("no single Kubernetes provider with a clusterIdentifier")
-    elif not (release.provider or "").rsplit("::", 1)[0].endswith(f"::{providers[0].name}"):  # ref: URN::id
-        out.append(f"the release uses provider {release.provider}, not {providers[0].name}")
+    for release in of_type(resources, RELEASE):
+        chart = str(release.inputs.get("chart"))
+        pin = pins[chart] if chart in pins else chart_version(chart, stack.release.model_dump())
+        if release.inputs.get("version") != pin:
+            out.append(f"{chart} release version {release.inputs.get('version')}, pinned {pin}")
+        if _get(release.inputs, "repositoryOpts.repo") != repos.get(chart):
+            out.append(
+                f"{chart} release repository {_get(release.inputs, 'repositoryOpts.repo')}, want {repos.get(chart)}"
+            )
+        if len(providers) == 1 and not (release.provider or "").rsplit("::", 1)[0].endswith(f"::{providers[0].name}"):
+            out.append(f"the {chart} release uses provider {release.provider}, not {providers[0].name}")
     return out
 
 

@@ -133,7 +133,7 @@ def test_kubernetes_object_check(eastus):
 
 def test_release_check(eastus, stack):
     bad = broken(eastus, checks.RELEASE, 0, lambda i: i.update(version="v25.3.0"))
-    assert checks.release_problems(bad, stack) == ["release version v25.3.0, pinned v26.7.0"]
+    assert checks.release_problems(bad, stack) == ["gpu-operator release version v25.3.0, pinned v26.7.0"]
     no_identity = copy.deepcopy(eastus)
     checks.the(no_identity, checks.K8S_PROVIDER).inputs.pop("clusterIdentifier")
     assert checks.release_problems(no_identity, stack) == ["no single Kubernetes provider with a clusterIdentifier"]

@@ -86,7 +86,8 @@ def test_helm_values_use_only_the_charts_keys(example):
 
 def test_rendered_configmaps_and_namespace_validate_against_kubernetes(example):
     resources = example[1].recorder.resources
-    assert checks.rendered_configmaps(checks.the(resources, checks.RELEASE)) != []
+    nvidia = checks.nvidia_release(resources)
+    assert nvidia is None or checks.rendered_configmaps(nvidia) != []
     assert checks.kubernetes_object_problems(resources) == []
 
 

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufleet.catalog.releases import load_releases
-from gpufleet.kube import charts
+from gpufleet.kube import amd_resources, charts
 from gpufleet.kube.dra import KUEUE_RESOURCES
 from gpufleet.kube.labels import HOST_GROUP_LABEL
 from gpufleet.kube.queues import KueuePlan, kueue_plan, split
@@ -141,10 +141,15 @@ def _chart_strategy(plan: StackPlan) -> str | None:
 def _expected_capacity(plan: StackPlan) -> dict[tuple[str, str], int]:
     """What the plan's pools hold at their maximum size, counted from the plan's own MIG and sharing fields."""
     out: dict[tuple[str, str], int] = {}
+    amd = [p for p in plan.pools if p.vendor == "amd" and p.advertiser != "none"]
+    strategy = "mixed" if any(p.amd_partitions for p in amd) else "single"
     for pool in plan.pools:
         nodes = pool.nodes.max
         replicas = pool.sharing.replicas or 1
-        if pool.advertiser == "dra":
+        if pool.vendor == "amd":  # AMD's device plugin's names (tests/unit/kube/test_queues_amd.py checks them)
+            resources = amd_resources.node_resources(pool.amd_partitions, int(pool.gpus_per_node), strategy) or {}
+            out |= {(pool.name, r): n * nodes for r, n in resources.items()}
+        elif pool.advertiser == "dra":
             instances = sum((pool.mig.instances_per_node or {}).values()) if pool.mig else 0
             whole = pool.mig.whole_gpus if pool.mig else int(pool.gpus_per_node)
             out[(pool.name, KUEUE_RESOURCES["gpu.nvidia.com"])] = (whole or 0) * nodes
