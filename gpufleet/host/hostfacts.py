@@ -7,6 +7,9 @@ a host, a recorded tree in tests), from these paths only:
 - ``sys/devices/system/node/node*/{cpulist,meminfo,hugepages/hugepages-*/nr_hugepages}``
 - ``sys/devices/system/cpu/cpu*/topology/{physical_package_id,core_id,thread_siblings_list}``
 - ``sys/bus/pci/devices/*/{vendor,device,class,numa_node,local_cpulist,sriov_totalvfs,sriov_numvfs}``,
+  ``.../drm/renderD*`` (a GPU's DRM render node, the name only: present once its driver is bound; on AMD Instinct,
+  the primary partition's), and for AMD GPUs ``.../{current,available}_{compute,memory}_partition`` (their compute
+  and memory partition modes, :func:`read_partition`),
   ``.../net/*`` or ``.../virtio*/net/*`` (interface names) and ``.../physfn`` (present on SR-IOV virtual
   functions, which are not separate adapters: each is listed under its physical function's ``vfs``, and the VFs'
   ``device`` id as the PF's ``vf_device``; ``physfn`` is a symlink on a host, a file holding the PF's address in a
@@ -39,6 +42,18 @@ GPU_CLASSES = {"10de": ("0300", "0302"), "1002": ("0380", "1200")}
 NIC_CLASSES = {"0200": "ethernet", "0207": "infiniband"}
 NVSWITCH_CLASS = "0680"
 NVIDIA = "10de"
+AMD = "1002"
+# An AMD Instinct GPU's partition files, in its PCI device directory (the primary partition's; amdgpu_gfx.c and
+# amdgpu_gmc.c): the current compute mode (SPX, DPX, QPX, CPX...) and the modes it takes, the current memory (NPS)
+# mode and the modes it takes; available_memory_partition exists only when the GPU has more than one NPS mode.
+PARTITION_FILES = {
+    "compute": "current_compute_partition",
+    "available_compute": "available_compute_partition",
+    "memory": "current_memory_partition",
+    "available_memory": "available_memory_partition",
+}
+_PARTITION_MODE = re.compile(r"[A-Z][A-Z0-9]*")
+_RENDER_NODE = re.compile(r"renderD([0-9]+)")
 # A sysfs attribute holds at most a page (4 KiB, 64 KiB on some arm64 kernels); the procfs files read here a few
 # KiB, except proc/cpuinfo, of which only the head is read (its first CPU names the vendor).
 MAX_FILE_BYTES = 1024 * 1024
@@ -276,6 +291,72 @@ def _physfn(path: str) -> str:
     return (_read(link, "") or "").strip()
 
 
+def _modes(path: str, text: str) -> list[str]:
+    """``SPX, DPX, QPX, CPX`` (or one mode, ``CPX``) -> the modes, upper case as the kernel prints them."""
+    modes = [m.strip().upper() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if not _PARTITION_MODE.fullmatch(m)]
+    if bad:
+        raise FactsError(path, f"holds {bad[0][:40]!r}, not a partition mode like SPX or NPS1")
+    return modes
+
+
+def read_partition(path: str) -> dict[str, Any] | None:
+    """An AMD GPU's partition modes from its PCI device directory ``path``: ``{compute, memory, available_compute,
+    available_memory}`` (``CPX``, ``NPS4``, ``["SPX", "DPX", "QPX", "CPX"]``, ``["NPS1", "NPS4"]``); None when the
+    directory has none of the four files (a GPU without partitions, or no amdgpu driver bound). A missing current
+    file reads None, a missing list []; without ``available_memory_partition`` (the kernel writes it only for more
+    than one NPS mode) the current memory mode is the one available."""
+    read: dict[str, list[str]] = {}
+    for key, name in PARTITION_FILES.items():
+        where = os.path.join(path, name)
+        text = _read(where)
+        if text is not None:
+            read[key] = _modes(where, text)
+    if not read:
+        return None
+    for key in ("compute", "memory"):
+        if len(read.get(key, [])) > 1:
+            raise FactsError(os.path.join(path, PARTITION_FILES[key]), f"names {len(read[key])} modes, not one")
+    memory = (read.get("memory") or [None])[0]
+    available_memory = read.get("available_memory")
+    if available_memory is None:
+        available_memory = [memory] if memory is not None else []
+    return {
+        "compute": (read.get("compute") or [None])[0],
+        "memory": memory,
+        "available_compute": read.get("available_compute", []),
+        "available_memory": available_memory,
+    }
+
+
+def _render_node(path: str) -> str | None:
+    """The DRM render node (``renderD128``) of a PCI device: the name in its ``drm/`` directory, None without one (no
+    DRM driver bound). On AMD Instinct GPUs the secondary partitions' nodes belong to platform devices, not here."""
+    found = [n for n in _listdir(os.path.join(path, "drm")) if _RENDER_NODE.fullmatch(n)]
+    return min(found, key=lambda n: int(n[len("renderD") :])) if found else None
+
+
+def _pci_class(path: str) -> str:
+    """A PCI device's class code and subclass (``0x120000`` -> ``1200``)."""
+    cls = (_read(os.path.join(path, "class"), "") or "").strip().lower()
+    return (cls[2:] if cls.startswith("0x") else cls)[:4]
+
+
+def amd_gpu_partitions(sys_root: str = "/sys") -> list[dict[str, Any]]:
+    """The AMD GPUs below ``sys_root`` (``/sys`` on a host; a stand-in tree in tests) in PCI address order, each
+    ``{pci, device, partition}`` (:func:`read_partition`): what the ``amd_gpu_partition`` module reads and sets. SR-IOV
+    virtual functions are left out (the kernel refuses partition changes there)."""
+    base = os.path.join(sys_root, "bus/pci/devices")
+    gpus = []
+    for addr in sorted(_listdir(base)):
+        path = os.path.join(base, addr)
+        if _hex4(os.path.join(path, "vendor")) != AMD or os.path.lexists(os.path.join(path, "physfn")):
+            continue
+        if _pci_class(path) in GPU_CLASSES[AMD]:
+            gpus.append({"pci": addr, "device": _hex4(os.path.join(path, "device")), "partition": read_partition(path)})
+    return gpus
+
+
 def read_pci(root: str, gpu_catalog: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     gpus, nics, nvswitches, sriov = [], [], [], []
     vfs: dict[str, list[str]] = {}
@@ -284,8 +365,7 @@ def read_pci(root: str, gpu_catalog: dict[str, Any]) -> dict[str, list[dict[str,
     for addr in sorted(_listdir(base)):
         path = os.path.join(base, addr)
         vendor, device = _hex4(os.path.join(path, "vendor")), _hex4(os.path.join(path, "device"))
-        cls = (_read(os.path.join(path, "class"), "") or "").strip().lower()
-        cls = (cls[2:] if cls.startswith("0x") else cls)[:4]
+        cls = _pci_class(path)
         is_vf = os.path.lexists(os.path.join(path, "physfn"))
         if is_vf:
             vfs.setdefault(_physfn(path), []).append(addr)
@@ -305,6 +385,8 @@ def read_pci(root: str, gpu_catalog: dict[str, Any]) -> dict[str, list[dict[str,
             gpu["local_cpus"] = _cpulist(os.path.join(path, "local_cpulist"), "")
             gpu["model"] = known.get("model")
             gpu["mig_capable"] = known.get("mig")
+            gpu["render_node"] = _render_node(path)
+            gpu["partition"] = read_partition(path) if vendor == AMD else None
             gpus.append(gpu)
         elif cls in NIC_CLASSES and not is_vf:
             nic = dict(common)
@@ -397,7 +479,9 @@ def read_host(host_root: str = "/", gpu_catalog: dict[str, Any] | None = None) -
     """Everything the topology planner needs, as plain JSON-serializable data.
 
     ``gpu_catalog`` maps ``vendor:device`` (``10de:2330``) to ``{"model": ..., "mig": bool}``; GPUs not in it are
-    reported with ``model: None``. Raises :class:`FactsError` (see the module docstring)."""
+    reported with ``model: None``. Each GPU: ``pci``, ``vendor``, ``device``, ``class``, ``numa_node``, ``local_cpus``,
+    ``model``, ``mig_capable``, ``render_node`` (``renderD128``; None before a driver binds it) and ``partition`` (AMD
+    GPUs: :func:`read_partition`; None on NVIDIA's). Raises :class:`FactsError` (see the module docstring)."""
     root = host_root
     nodes = read_numa_nodes(root)
     cpu_node = {cpu: n["id"] for n in nodes for cpu in n["cpus"]}

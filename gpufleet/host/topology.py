@@ -10,13 +10,18 @@ same), and a :class:`~gpufleet.spec.models.TuningProfile`. Output: a :class:`Top
   sets) and, with isolation, isolated CPUs;
 - hugepages per NUMA node and size, never more than the node's memory minus a reserve;
 - kernel arguments (1 GiB hugepages at boot in the per-node form ``hugepages=0:N,1:M`` on kernels >= 5.16,
-  IOMMU for SR-IOV, isolation);
+  IOMMU for SR-IOV, isolation, and on hosts with AMD GPUs the IOMMU pass-through AMD recommends for Instinct);
 - a KubeletConfiguration fragment whose memory-manager ``reservedMemory`` sums exactly to kube-reserved +
   system-reserved + eviction-hard (the kubelet refuses to start otherwise), from node memory rounded down to
   512 MiB so that a reboot (which moves MemTotal by some MiB) does not change it;
 - irqbalance's banned CPU list and systemd's ``CPUAffinity`` for system services;
 - SR-IOV VFs per device (never above ``sriov_totalvfs``) and the SR-IOV network device plugin's ``resourceList``;
-- Slurm ``gres.conf`` lines.
+- Slurm ``gres.conf`` lines, each with the GPU's device node: ``/dev/nvidia<N>`` for NVIDIA GPUs (N: its place among
+  the host's NVIDIA GPUs in PCI order), the DRM render node the facts read for AMD GPUs (``/dev/dri/renderD128``; an
+  MI300X has eight, the first its primary partition's).
+
+AMD GPUs are planned as NVIDIA ones are (whole cores on their NUMA node, NICs, hugepages); the facts must name them
+in the catalog (``1002:74a1`` is an MI300X).
 
 Inputs that cannot work (a GPU the catalog does not know, too few cores for the GPUs' minimum, hugepages beyond a
 node's memory...) raise :class:`TopologyError` naming the host and the reason. Facts that contradict each other (a
@@ -34,6 +39,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpufleet.host.hostfacts import AMD as AMD_VENDOR
+from gpufleet.host.hostfacts import NVIDIA as NVIDIA_VENDOR
 from gpufleet.host.hostfacts import check_facts, format_cpulist
 from gpufleet.spec.models import TuningProfile
 
@@ -62,13 +69,16 @@ class TopologyError(ValueError):
 
 @dataclass
 class GpuAssignment:
-    index: int  # /dev/nvidia<index>: PCI bus order
+    index: int  # the GPU's place among the host's GPUs in PCI bus order (an NVIDIA-only host's /dev/nvidia<index>)
     pci: str
     model: str | None
     numa_node: int | None
     cpus: list[int]
     nics: list[str]
     hugepages_1g: int = 0
+    # the device node a job is given: /dev/nvidia<N>, or an AMD GPU's DRM render node (/dev/dri/renderD<M>); None
+    # while the host's facts show no render node for an AMD GPU (its driver is not bound yet)
+    device: str | None = None
 
 
 @dataclass
@@ -95,7 +105,7 @@ class TopologyPlan:
     isolated_cpus: list[int]
     hugepages: list[dict[str, int]]  # {numa_node, size_kib, count}
     kernel_args: list[str]
-    kernel_arg_groups: dict[str, list[str]]  # the same arguments by purpose: hugepages, iommu, isolation
+    kernel_arg_groups: dict[str, list[str]]  # the same arguments by purpose: hugepages, iommu, isolation, amdgpu
     kubelet: dict[str, Any]
     irqbalance_banned_cpus: str
     system_cpu_affinity: list[int]
@@ -195,6 +205,7 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host", *
     ]
     sriov = _sriov(facts, profile, host)
     groups = _kernel_arg_groups(facts, len(nodes), hugepages, sriov, isolated, notes, iommu=vms)
+    _device_nodes(gpus, assignments, notes)
     return TopologyPlan(
         host=host,
         cpu_vendor=facts.get("cpu_vendor"),
@@ -205,14 +216,14 @@ def plan(facts: Mapping[str, Any], profile: TuningProfile, host: str = "host", *
         reserved_cpus=reserved_cpus,
         isolated_cpus=isolated,
         hugepages=hugepages,
-        kernel_args=[a for group in groups.values() for a in group],
+        kernel_args=list(dict.fromkeys(a for group in groups.values() for a in group)),  # iommu=pt may be in two
         kernel_arg_groups=groups,
         kubelet=_kubelet(nodes, ordinary_mib, hugepages, reserved_cpus, split.aligned, host),
         irqbalance_banned_cpus=format_cpulist(gpu_cpus),
         system_cpu_affinity=reserved_cpus,
         sriov=sriov,
         sriov_device_plugin=_sriov_resources(sriov),
-        gres_conf=_gres(facts, gpus, assignments, cores_by_node, split.source),
+        gres_conf=_gres(facts, assignments, cores_by_node, split.source),
         notes=notes,
     )
 
@@ -469,6 +480,26 @@ def _sriov(facts: Mapping[str, Any], profile: TuningProfile, host: str) -> list[
     return sriov
 
 
+def _device_nodes(gpus: Sequence[Mapping[str, Any]], assignments: Sequence[GpuAssignment], notes: list[str]) -> None:
+    """Each GPU's device node: ``/dev/nvidia<N>`` (N counts the NVIDIA GPUs in PCI order, as the NVIDIA driver numbers
+    them), an AMD GPU's DRM render node from the facts (the amdgpu driver gives an MI300X eight, so they cannot be
+    counted), or None with a note when an AMD GPU has none yet."""
+    facts = {g["pci"]: g for g in gpus}
+    nvidia = 0
+    for a in assignments:  # PCI order
+        gpu = facts[a.pci]
+        if gpu["vendor"] == NVIDIA_VENDOR:
+            a.device = f"/dev/nvidia{nvidia}"
+            nvidia += 1
+        elif gpu.get("render_node"):
+            a.device = f"/dev/dri/{gpu['render_node']}"
+        else:
+            notes.append(
+                f"GPU {a.pci} has no DRM render node yet (no driver bound): its gres.conf line names no device file;"
+                " plan again once its driver is loaded"
+            )
+
+
 def iommu_args(facts: Mapping[str, Any]) -> list[str]:
     """The kernel arguments that switch the host's IOMMU on, in pass-through mode for the host's own devices: Intel
     VT-d is off unless ``intel_iommu=on``; AMD-Vi is on by default. The firmware's table says which IOMMU the host
@@ -487,8 +518,10 @@ def _kernel_arg_groups(
     *,
     iommu: bool,
 ) -> dict[str, list[str]]:
-    """Kernel arguments by purpose (each tuning role owns its group): hugepages, iommu, isolation."""
-    groups: dict[str, list[str]] = {"hugepages": [], "iommu": [], "isolation": []}
+    """Kernel arguments by purpose (each tuning role owns its group): hugepages, iommu, isolation, and amdgpu (the
+    ``amd_driver`` role's: the IOMMU in pass-through mode, which AMD recommends for Instinct GPUs, on every host with
+    AMD GPUs, SR-IOV or not)."""
+    groups: dict[str, list[str]] = {"hugepages": [], "iommu": [], "isolation": [], "amdgpu": []}
     total_1g = {h["numa_node"]: h["count"] for h in hugepages if h["size_kib"] == HUGEPAGE_1G_KIB}
     if total_1g:
         if kernel_version(facts.get("kernel")) >= PER_NODE_HUGEPAGES_KERNEL:
@@ -503,6 +536,8 @@ def _kernel_arg_groups(
     if isolated:
         cpulist = format_cpulist(isolated)
         groups["isolation"] = [f"isolcpus={cpulist}", f"nohz_full={cpulist}", f"rcu_nocbs={cpulist}"]
+    if any(g["vendor"] == AMD_VENDOR for g in facts["gpus"]):
+        groups["amdgpu"] = iommu_args(facts)
     return groups
 
 
@@ -541,7 +576,6 @@ def _kubelet(
 
 def _gres(
     facts: Mapping[str, Any],
-    gpus: Sequence[Mapping[str, Any]],
     assignments: Sequence[GpuAssignment],
     cores_by_node: Mapping[int, list[Core]],
     source: Mapping[str, int],
@@ -552,14 +586,11 @@ def _gres(
     logical = {
         tuple(c["cpus"]): i for i, c in enumerate(sorted(facts["cores"], key=lambda c: (c["package"], c["cpus"][0])))
     }
-    vendors = {g["pci"]: g["vendor"] for g in gpus}
     gres: list[str] = []
-    amd = 0
     for a in assignments:
         node_cores = sorted(logical[tuple(c)] for c in cores_by_node[source[a.pci]])
-        device = f"/dev/nvidia{a.index}" if vendors[a.pci] == "10de" else f"/dev/dri/renderD{128 + amd}"
-        amd += vendors[a.pci] != "10de"
-        gres.append(f"Name=gpu Type={str(a.model).lower()} File={device} Cores={format_cpulist(node_cores)}")
+        device = f"File={a.device}" if a.device else "Count=1"  # no device file known yet: see _device_nodes
+        gres.append(f"Name=gpu Type={str(a.model).lower()} {device} Cores={format_cpulist(node_cores)}")
     return gres
 
 

@@ -1,5 +1,6 @@
-"""Controller-side filters of ``ansible/playbooks/verify.yml``: what each NVIDIA check reads means, what a failed
-check says, and the one table that reports every host.
+"""Controller-side filters of ``ansible/playbooks/verify.yml``: what each NVIDIA and AMD check reads means (the AMD
+ones also judge the ``amd_driver`` and ``amd_partition`` roles' verify tasks), what a failed check says, and the one
+table that reports every host.
 
 Each host records, as facts, a list of results ``{check, status, detail}`` (``status``: ``ok``, ``fail`` or ``skip``,
 ``detail``: the failure message or why the check does not apply), ``gpufleet_verify_unreachable`` or
@@ -124,6 +125,128 @@ def gpufleet_owner_conflicts(owners: Any, expected: Any) -> list[str]:
     from gpufleet.host.owners import owner_conflicts
 
     return owner_conflicts(plain_data(owners) or {}, plain_data(expected) or {})
+
+
+# -- what the AMD checks read -----------------------------------------------------------------------------------
+
+AMD_RELOAD = "modprobe -r amdgpu && modprobe amdgpu"
+
+
+def amd_release_field(version: str, kind: str = "rocm") -> str:
+    """The release number as AMD's package versions carry it (``amdgpu-dkms 1:6.14.14.30100100-2212064.22.04``,
+    ``rocminfo 1.0.0.70001-...``): ROCm ``7.0.1`` -> ``70001`` (major, then minor and patch in two digits each); an
+    Instinct driver release (``kind`` amdgpu, from 30.10 on) ``30.10.1`` -> ``30100100`` (major, minor, patch and
+    point release in two digits each: AMD's Instinct driver version scheme); driver releases numbered like ROCm's
+    (6.4.1, before 30.10) as ROCm's."""
+    parts = [int(p) for p in str(version).split(".")] + [0, 0]
+    if kind == "amdgpu" and parts[0] >= 30:
+        return "".join(f"{p:02d}" for p in parts[:4])
+    return f"{parts[0]}{parts[1]:02d}{parts[2]:02d}"
+
+
+def _release_mismatches(versions: Mapping[str, Any], options: Mapping[str, Any], missing: str) -> list[str]:
+    problems = []
+    for kind, names in (("amdgpu", options.get("driver_packages") or []), ("rocm", options.get("rocm_packages") or [])):
+        release = str(options.get(f"{kind}_version"))
+        field = amd_release_field(release, kind)
+        for name in names:
+            version = str(versions.get(name) or "")
+            if not version or version == "(none)":
+                problems.append(f"{name} {missing}")
+            elif f".{field}-" not in version.split(":", 1)[-1]:
+                what = "amdgpu" if kind == "amdgpu" else "ROCm"
+                problems.append(f"{name} {version} is not {what} {release}'s (AMD's versions of it carry .{field}-)")
+    return problems
+
+
+def gpufleet_amd_release_mismatches(versions: Any, options: Any) -> list[str]:
+    """The packages whose version in ``versions`` (name -> version: apt's candidates, ``(none)`` or "" for none)
+    is not the pinned release's (``options``: ``{amdgpu_version, rocm_version, driver_packages, rocm_packages}``;
+    :func:`amd_release_field`); empty when every one is."""
+    return _release_mismatches(plain_data(versions) or {}, plain_data(options) or {}, "has no candidate")
+
+
+def gpufleet_amdgpu_problems(state: Any, options: Any) -> list[str]:
+    """How a host's AMD driver stack differs from its pins. ``state``: ``{packages: {name: installed version},
+    module: the amdgpu module's version for the running kernel (modinfo; "" for none or the kernel's own, which has
+    no version), loaded: whether amdgpu is loaded, loaded_version: /sys/module/amdgpu/version ("" when loaded without
+    one: the kernel's own driver)}``; ``options``: ``{amdgpu_version, rocm_version, driver_packages, rocm_packages,
+    must_be_loaded, kernel}``. Empty when the installed packages carry the pinned releases and, where the host has
+    AMD GPUs (``must_be_loaded``), amdgpu-dkms's module is the one loaded."""
+    state, options = plain_data(state) or {}, plain_data(options) or {}
+    problems = [
+        p if p.endswith(" is not installed") else f"{p}: is AMD's repository pinned above the distribution's packages?"
+        for p in _release_mismatches(state.get("packages") or {}, options, "is not installed")
+    ]
+    if options.get("must_be_loaded"):
+        module, loaded = str(state.get("module") or ""), str(state.get("loaded_version") or "")
+        kernel = options.get("kernel") or "the running kernel"
+        if not module:
+            problems.append(f"no amdgpu module of amdgpu-dkms for {kernel} (dkms status says why)")
+        elif not state.get("loaded"):
+            problems.append(f"amdgpu {module} is installed but not loaded")
+        elif loaded != module:
+            running = f"amdgpu {loaded}" if loaded else "the kernel's own amdgpu"
+            problems.append(f"{running} is loaded, not amdgpu-dkms's {module}: reboot into it")
+    return problems
+
+
+def _smi_primaries(stdout: str) -> list[dict[str, str]]:
+    """Each GPU of ``amd-smi static --partition`` that is a physical GPU's primary partition (PARTITION_ID 0, or
+    none given), in amd-smi's order: ``{gpu, compute, memory}``. Secondary partitions (DPX, QPX, CPX) follow their
+    GPU with IDs 1 and up."""
+    entries: list[dict[str, str]] = []
+    for line in str(stdout or "").splitlines():
+        key, sep, value = line.strip().partition(":")
+        key, value = key.strip().upper(), value.strip()
+        if not sep:
+            continue
+        if key == "GPU":
+            entries.append({"gpu": value})
+        elif entries and key in ("COMPUTE_PARTITION", "MEMORY_PARTITION", "PARTITION_ID"):
+            entries[-1][{"COMPUTE_PARTITION": "compute", "MEMORY_PARTITION": "memory", "PARTITION_ID": "id"}[key]] = (
+                value.upper()
+            )
+    return [e for e in entries if e.get("id", "0") == "0"]
+
+
+def _gpu_list(gpus: Sequence[Mapping[str, Any]]) -> str:
+    from gpufleet.host.hostfacts import format_cpulist  # the kernel's list format: 0-3,6
+
+    if len(gpus) == 1:
+        return f"GPU {gpus[0]['index']} ({gpus[0]['pci']})"
+    return f"GPUs {format_cpulist(int(g['index']) for g in gpus)}"
+
+
+def gpufleet_amd_partition_problems(gpus: Any, smi_output: str | None = None, reload_ok: bool = True) -> list[str]:
+    """How each planned AMD GPU's partitions differ from its plan. ``gpus``: the ``amd_gpu_partition`` module's
+    ``gpus`` (PCI order, with sysfs's ``compute``/``memory`` and the planned ``want_compute``/``want_memory``);
+    ``smi_output``: ``amd-smi static --partition``, whose primary partitions are the GPUs in the same order (None:
+    judge sysfs's view). A memory partition left for a driver reload that ``reload_ok`` (amd_partition_reload_ok) did
+    not allow says so. Empty when every planned GPU is as planned."""
+    gpus = plain_data(gpus) or []
+    source, seen = "sysfs", [(g.get("compute"), g.get("memory")) for g in gpus]
+    if smi_output is not None:
+        primaries = _smi_primaries(smi_output)
+        if len(primaries) != len(gpus):
+            return [f"amd-smi lists {len(primaries)} GPU(s) (primary partitions), sysfs {len(gpus)} AMD GPU(s)"]
+        source, seen = "amd-smi", [(p.get("compute"), p.get("memory")) for p in primaries]
+    wrong: dict[tuple[str, Any, Any], list[Mapping[str, Any]]] = {}
+    for gpu, (compute, memory) in zip(gpus, seen, strict=True):
+        planned = (("memory", memory, gpu.get("want_memory")), ("compute", compute, gpu.get("want_compute")))
+        for what, have, want in planned:
+            if want and have != want:
+                wrong.setdefault((what, have, want), []).append(gpu)
+    pending = any(what == "memory" for what, _, _ in wrong) and not reload_ok
+    problems = []
+    for (what, have, want), items in wrong.items():
+        line = f"{_gpu_list(items)}: {what} partition {have}, planned {want} ({source})"
+        if what == "memory" and pending:
+            line += f": it takes a driver reload ({AMD_RELOAD}), which amd_partition_reload_ok does not allow"
+        elif pending:
+            line += ": left for after that reload"
+        problems.append(line)
+    return problems
 
 
 # -- one table for every host -----------------------------------------------------------------------------------
@@ -291,5 +414,8 @@ class FilterModule:
             "gpufleet_dcgm_tests": gpufleet_dcgm_tests,
             "gpufleet_dcgm_failures": gpufleet_dcgm_failures,
             "gpufleet_owner_conflicts": gpufleet_owner_conflicts,
+            "gpufleet_amdgpu_problems": gpufleet_amdgpu_problems,
+            "gpufleet_amd_release_mismatches": gpufleet_amd_release_mismatches,
+            "gpufleet_amd_partition_problems": gpufleet_amd_partition_problems,
             "gpufleet_verify_report": gpufleet_verify_report,
         }

@@ -12,7 +12,8 @@ short_description: Discover a host's NUMA, CPU, GPU, NIC and NVSwitch topology f
 description:
   - Reads only sysfs and procfs below O(host_root) and returns the topology as the fact C(gpu_topology).
   - NUMA nodes (CPUs, memory, hugepages), physical cores with their SMT siblings, GPUs (NVIDIA class 0x0300 or
-    0x0302, AMD class 0x0380 or 0x1200) with the catalog model, NICs (Ethernet 0x0200, InfiniBand 0x0207) with
+    0x0302, AMD class 0x0380 or 0x1200) with the catalog model, the DRM render node and, on AMD GPUs, the compute and
+    memory partition modes (current and available), NICs (Ethernet 0x0200, InfiniBand 0x0207) with
     interface names and SR-IOV totals, NVSwitches (NVIDIA class 0x0680), CPU vendor, kernel, command line.
   - A device whose numa_node is -1 is reported with numa_node null (unknown), never as node 0.
   - Fails with the file and the reason (C(path), C(msg)) when a fact cannot be read or contradicts another (a garbage

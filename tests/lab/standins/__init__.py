@@ -1,4 +1,4 @@
-"""Test doubles installed inside lab VMs (never on real hosts); see fake_nvidia.py."""
+"""Test doubles installed inside lab VMs and containers (never on real hosts); see fake_nvidia.py, fake_amd.py."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from gpufleet.mig.outputs import NamedLayout, mig_parted_config
 from gpufleet.spec.models import MigLayout
 
 FAKE_NVIDIA = Path(__file__).with_name("fake_nvidia.py")
+FAKE_AMD = Path(__file__).with_name("fake_amd.py")  # the amdgpu driver's partition files and amd-smi (a TEST DOUBLE)
 
 
 def fake_gpu_state(catalog: Catalog, model: str, count: int) -> dict[str, Any]:

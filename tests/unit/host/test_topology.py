@@ -31,6 +31,7 @@ PROFILES = {
     "workstation-l40s": TuningProfile(cores_per_gpu=6, vfs_per_nic=32, hugepages_1g_per_gpu=16),
     "no-gpu": TuningProfile(hugepages_1g_per_node=64, vfs_per_nic=64),
     "numa-unknown": TuningProfile(cores_per_gpu=6, hugepages_1g_per_node=16, vfs_per_nic=4),
+    "mi300x-epyc": TuningProfile(cores_per_gpu=12, hugepages_1g_per_gpu=16, vfs_per_nic=8),  # a TEST DOUBLE's tree
     # recorded from a lab VM (record.sh), planned with the lab stack's own profile
     "lab-vm": LAB_PROFILE,
     "lab-vm-tuned": LAB_PROFILE,
@@ -88,7 +89,7 @@ def assert_invariants(facts: dict, p, profile: TuningProfile) -> None:
         assert 0 < dev["numvfs"] == profile.vfs_per_nic <= dev["totalvfs"]
     # kernel arguments follow the IOMMU the firmware describes (else the CPU vendor) and the kernel version
     args = p.kernel_args
-    if p.sriov:
+    if p.sriov or any(g["vendor"] == "1002" for g in facts["gpus"]):  # SR-IOV, or AMD's pass-through for its GPUs
         iommu = facts.get("iommu")  # generated facts have none: the CPU vendor decides
         intel = iommu == "intel" or (iommu is None and facts["cpu_vendor"] == "GenuineIntel")
         expected = ["intel_iommu=on", "iommu=pt"] if intel else ["iommu=pt"]
