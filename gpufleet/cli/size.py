@@ -1,5 +1,5 @@
-"""``gpufleet size``: the memory a model needs to serve or train, and the smallest MIG instance, GPUs and Azure
-sizes that hold it (formulas: docs/sizing.md)."""
+"""``gpufleet size``: the memory a model needs to serve or train, and the smallest MIG instance or AMD Instinct
+partition, GPUs and Azure sizes that hold it (formulas: docs/sizing.md; AMD: docs/amd.md)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,10 @@ ShardOpt = Annotated[int | None, typer.Option("--shard-degree", help="GPUs the Z
 MicroOpt = Annotated[int | None, typer.Option("--micro-batch", help="Sequences per GPU per step [1].")]
 SeqOpt = Annotated[int | None, typer.Option("--seq-len", help="Training sequence length [4096].")]
 GpuOpt = Annotated[
-    str | None, typer.Option("--gpu", help="Only this GPU (name, PCI id or nvidia-smi name); adds its MIG option.")
+    str | None,
+    typer.Option(
+        "--gpu", help="Only this GPU (name, PCI id or nvidia-smi name); adds its MIG or AMD partition option."
+    ),
 ]
 RegionOpt = Annotated[
     str | None,
@@ -105,10 +108,10 @@ def size(
     root: RootOpt = None,
 ) -> None:
     """Right-size a model: memory breakdown (weights, KV cache, activations, optimizer, overhead; GB = 10^9 bytes)
-    and the options that hold it, best first: the smallest MIG instance (with --gpu), whole GPUs with their
-    tensor/pipeline-parallel degrees, Azure sizes with node counts, each with headroom, a memory-bandwidth bound on
-    decode tokens/s and $/hour (with --region: the price tables of docs/azure.md, each price's table and date
-    shown). Exit 1 for a bad input or when nothing fits."""
+    and the options that hold it, best first: the smallest MIG instance or AMD Instinct partition (with --gpu), whole
+    NVIDIA and AMD Instinct GPUs with their tensor/pipeline-parallel degrees, Azure sizes with node counts, each with
+    headroom, a memory-bandwidth bound on decode tokens/s and $/hour (with --region: the price tables of
+    docs/azure.md, each price's table and date shown). Exit 1 for a bad input or when nothing fits."""
     given = {k: v for k, v in locals().items() if v is not None and k != "root"}
     _check_usage(given, mode, write_pool, as_json)
     from gpufleet.catalog import UnknownGpu, load_catalog
@@ -205,6 +208,8 @@ SHOWN_OPTIONS = 12
 def _hardware(o: Option) -> str:
     if o.kind == "mig":
         return f"MIG {o.mig_profile} of {o.gpu}"
+    if o.kind == "partition":
+        return f"{o.amd_partition} partition of {o.gpu} ({o.partition_gib:g} GiB)"
     if o.kind == "vm":
         return f"{o.nodes} x {o.vm_size}"
     return f"{o.gpus} x {o.gpu}"
@@ -278,11 +283,13 @@ def pool_yaml(result: Sizing) -> str | None:
     best = next((o for o in result.options if o.kind == "vm"), None)
     if best is None:
         return None
+    amd = "  # AMD Instinct: pin release.amd_gpu_operator, which installs its driver and device plugin (docs/amd.md)\n"
     return (
         "gpu_pools:\n"
         f"  # gpufleet size: {result.model} ({result.mode}) on {best.gpus} x {best.gpu},"
         f" TP {best.tensor_parallel} x PP {best.pipeline_parallel}, headroom {best.headroom_gb:.1f} GB\n"
-        f"  - name: {pool_name(result.model)}\n"
+        + (amd if best.vendor == "amd" else "")
+        + f"  - name: {pool_name(result.model)}\n"
         f"    vm_size: {best.vm_size}\n"
         f"    count: {best.nodes}\n"
     )

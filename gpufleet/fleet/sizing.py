@@ -20,6 +20,9 @@ Training (per GPU; ZeRO stage s over a sharding degree N, FSDP full shard = stag
                 one layer recomputed (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
                 Transformer Models"), plus fp32 logits s x b x vocab x 4
 Both: overhead = 1 GB per GPU (CUDA context, framework) + 10 % of the rest (allocator fragmentation, buffers).
+
+Hardware: NVIDIA GPUs (whole, MIG instances) and AMD Instinct GPUs (whole, and compute x memory partitions, the MIG
+counterpart: :mod:`gpufleet.mig.amd_partitions`), bare and on the Azure sizes a pool can use.
 """
 
 from __future__ import annotations
@@ -51,6 +54,13 @@ TRAINING_GRADIENT_BYTES = 2
 ADAM_STATE_BYTES = 12
 # Tensor parallelism stays inside one NVLink domain (an HGX board / one VM); more GPUs are pipeline stages.
 MAX_TENSOR_PARALLEL = 8
+# AMD Instinct OAM GPUs of one node are joined all to all by AMD Infinity Fabric (xGMI): on Azure's ND MI300X v5, 128
+# GB/s per GPU (896 GB/s aggregate; Microsoft's ndmi300xv5-series page, ../shared/reference/amd-instinct.md section 5).
+# gpufleet takes it as NVLink's counterpart inside a node: a tensor-parallel group of up to this many GPUs of one node
+# talks over it, not over PCIe (the size's `nvlink: false` says "no NVLink", not "PCIe only"). Link bandwidth is not in
+# the decode bound, for NVLink neither.
+INFINITY_FABRIC = "Infinity Fabric"
+INFINITY_FABRIC_GPUS = 8
 MAX_GPUS = 64
 # Beyond these a request is a typo, not a plan (and the arithmetic would overflow a float).
 MAX_TOKENS = 100_000_000
@@ -185,7 +195,7 @@ def memory(model: LanguageModel, req: Request) -> Memory:
 
 # -- options ---------------------------------------------------------------------------------------------------
 
-Kind = Literal["mig", "gpu", "vm"]
+Kind = Literal["mig", "partition", "gpu", "vm"]
 
 
 @dataclass(frozen=True)
@@ -197,6 +207,7 @@ class Option:
     gpus: int
     headroom_gb: float
     mig_profile: str | None = None
+    amd_partition: str | None = None  # kind partition: the compute x memory pair, e.g. CPX+NPS4
     vm_size: str | None = None
     nodes: int | None = None
     decode_tokens_per_s: float | None = None
@@ -206,6 +217,9 @@ class Option:
     interconnect: str | None = None
     gpus_per_node: int | None = None
     price: Price | None = None  # the price usd_per_hour comes from (its table, source and date); not in the JSON
+    vendor: str = "nvidia"  # the GPU's vendor (whose software serves it); not in the JSON
+    partition_gib: float | None = None  # kind partition: the memory of one logical GPU (derived); not in the JSON
+    documented: bool = True  # kind partition: AMD documents the pair for the model (else the driver's rule only)
 
     def to_dict(self) -> dict[str, object]:
         """The CLI's JSON contract (docs: DESIGN.md, ``gpufleet size``)."""
@@ -213,6 +227,7 @@ class Option:
             "kind": self.kind,
             "gpu": self.gpu,
             "mig_profile": self.mig_profile,
+            "amd_partition": self.amd_partition,
             "gpus": self.gpus,
             "vm_size": self.vm_size,
             "nodes": self.nodes,
@@ -264,12 +279,21 @@ def decode_tokens_per_s(model: LanguageModel, req: Request, mem: Memory, bandwid
     return req.concurrency * bandwidth_gbs * GB / per_step
 
 
+def infinity_fabric(gpu: Gpu) -> bool:
+    """Whether ``gpu``'s GPUs of one node are joined by AMD Infinity Fabric: AMD Instinct OAM modules (MI300X and
+    later; not PCIe cards such as the Radeon PRO V710)."""
+    return gpu.vendor == "amd" and gpu.partitions is not None and gpu.form_factor == "OAM"
+
+
 def _interconnect(gpu: Gpu, tp: int, pp: int, vm: VmSize | None) -> str | None:
-    """What the GPUs of one model replica talk over: NVLink or PCIe inside a node, InfiniBand between nodes. On an
-    Azure size, NVLink when the size joins its GPUs with it; on bare GPUs, when the tensor-parallel group fits in the
-    part's NVLink domain (an HGX board's 8, a bridge's 2)."""
+    """What the GPUs of one model replica talk over: NVLink, Infinity Fabric or PCIe inside a node, InfiniBand between
+    nodes. On an Azure size, NVLink when the size joins its GPUs with it; on bare GPUs, when the tensor-parallel group
+    fits in the part's NVLink domain (an HGX board's 8, a bridge's 2). AMD Instinct OAM GPUs: Infinity Fabric for a
+    group within one node (:data:`INFINITY_FABRIC_GPUS`)."""
     parts = []
-    if tp > 1:
+    if tp > 1 and infinity_fabric(gpu):
+        parts.append(INFINITY_FABRIC if tp <= INFINITY_FABRIC_GPUS else "PCIe")
+    elif tp > 1:
         domain = gpu.nvlink_domain_gpus or 1
         nvlink = vm.nvlink if vm is not None else tp <= domain
         parts.append("NVLink" if nvlink else "PCIe")
@@ -285,20 +309,21 @@ def _fit(model: LanguageModel, mem: Memory, gpu: Gpu, max_tp: int, training: boo
     return next(((t, p) for t, p in _layouts(model, max_tp) if mem.per_gpu(t * p) <= cap), None)
 
 
+def sized_gpu(gpu: Gpu) -> bool:
+    """A GPU gpufleet sizes onto: NVIDIA's, and AMD Instinct (the GPUs the AMD GPU Operator serves: those with
+    compute x memory partitions); not other AMD GPUs (Radeon PRO V710, Radeon Instinct MI25), which gpufleet's AKS
+    pools refuse."""
+    return gpu.vendor == "nvidia" or (gpu.vendor == "amd" and gpu.partitions is not None)
+
+
 def eligible_sizes(catalog: Catalog, today: _dt.date, gpu: Gpu | None = None) -> list[VmSize]:
     """Azure sizes a pool can use for this: in service, on AKS, not confidential (a confidential VM is a security
-    choice, not a fit for a model: its pools need the GPU Operator's driver), whole NVIDIA GPUs (``gpu``'s only, when
-    given)."""
+    choice, not a fit for a model: its pools need the GPU Operator's driver), whole GPUs gpufleet sizes onto (NVIDIA,
+    AMD Instinct: :func:`sized_gpu`; ``gpu``'s only, when given)."""
     sizes = []
     for vm in catalog.vm_sizes:
         model = catalog.gpu(vm.gpu)
-        if (
-            vm.retired(today)
-            or not vm.aks_supported
-            or vm.confidential
-            or vm.whole_gpus < 1
-            or model.vendor != "nvidia"
-        ):
+        if vm.retired(today) or not vm.aks_supported or vm.confidential or vm.whole_gpus < 1 or not sized_gpu(model):
             continue
         if gpu is None or model.name == gpu.name:
             sizes.append(vm)
@@ -326,6 +351,34 @@ def _mig_option(model: LanguageModel, req: Request, mem: Memory, gpu: Gpu) -> Op
         headroom_gb=usable_gib * GIB / GB - need,
         mig_profile=profile.name,
         decode_tokens_per_s=decode_tokens_per_s(model, req, mem, bandwidth),
+    )
+
+
+def _partition_option(model: LanguageModel, req: Request, mem: Memory, gpu: Gpu) -> Option | None:
+    """The smallest AMD compute x memory partition of ``gpu`` whose logical GPU holds everything one GPU would (one
+    logical GPU, no parallelism): the pair with the most logical GPUs that holds it (:func:`gpufleet.mig.
+    amd_partitions.pairs_for_memory`), never the whole GPU (SPX: that is the ``gpu`` option). Its memory is derived (the
+    GPU's split evenly, before the driver's reservations); it gets 1 / logical GPUs of the GPU's memory bandwidth,
+    as a MIG instance gets its memory slices' share (every partition of the GPU busy)."""
+    from gpufleet.mig.amd_partitions import pairs_for_memory
+
+    if gpu.partitions is None or (isinstance(req, Training) and req.shard_degree > 1):
+        return None
+    need = mem.per_gpu(1)
+    pair = next((p for p in pairs_for_memory(gpu, need * GB / GIB) if p.logical_gpus > 1), None)
+    if pair is None:
+        return None
+    bandwidth = gpu.memory_bandwidth_gbs / pair.logical_gpus if gpu.memory_bandwidth_gbs else None
+    return Option(
+        kind="partition",
+        gpu=gpu.name,
+        gpus=1,
+        headroom_gb=pair.memory_gib * GIB / GB - need,
+        amd_partition=pair.name,
+        decode_tokens_per_s=decode_tokens_per_s(model, req, mem, bandwidth),
+        vendor=gpu.vendor,
+        partition_gib=pair.memory_gib,
+        documented=pair.documented,
     )
 
 
@@ -358,13 +411,15 @@ def _whole_option(
         pipeline_parallel=pp,
         interconnect=_interconnect(gpu, tp, pp, vm),
         gpus_per_node=vm.whole_gpus if vm else None,
+        vendor=gpu.vendor,
     )
 
 
 def _rank(options: list[Option]) -> tuple[Option, ...]:
-    """MIG instances first (a slice of one GPU), then whole GPUs (fewest, then most headroom), then Azure sizes
-    (cheapest priced first; unpriced ones by the GPUs paid for: nodes x GPUs per node, then the GPUs used)."""
-    order = {"mig": 0, "gpu": 1, "vm": 2}
+    """MIG instances and AMD partitions first (a slice of one GPU), then whole GPUs (fewest, then most headroom), then
+    Azure sizes (cheapest priced first; unpriced ones by the GPUs paid for: nodes x GPUs per node, then the GPUs
+    used)."""
+    order = {"mig": 0, "partition": 0, "gpu": 1, "vm": 2}
 
     def key(o: Option) -> tuple[object, ...]:
         if o.kind == "vm":
@@ -400,13 +455,39 @@ def _notes(model: LanguageModel, req: Request, options: tuple[Option, ...], regi
         notes.append("no --region: no prices (usd_per_hour null)")
     elif any(o.kind == "vm" and o.usd_per_hour is None for o in options):
         notes.append(f"no price in the price tables for some sizes in {region}: usd_per_hour null, never 0")
-    pcie = sorted(
-        {o.gpu for o in options if o.tensor_parallel > 1 and o.interconnect and "NVLink" not in o.interconnect}
-    )
+    pcie = sorted({o.gpu for o in options if o.tensor_parallel > 1 and o.interconnect and "PCIe" in o.interconnect})
     if pcie:
         notes.append(
             f"tensor-parallel traffic over PCIe for {', '.join(pcie)}: no NVLink joins that many of their GPUs"
             " (a bridge joins 2, an HGX board 8; some sizes and cards have none)"
+        )
+    fabric = sorted(
+        {o.gpu for o in options if o.tensor_parallel > 1 and o.interconnect and INFINITY_FABRIC in o.interconnect}
+    )
+    if fabric:
+        notes.append(
+            f"tensor-parallel traffic over AMD Infinity Fabric (xGMI) for {', '.join(fabric)}: all to all between the"
+            f" GPUs of a node, up to {INFINITY_FABRIC_GPUS} (ND MI300X v5: 128 GB/s per GPU, 896 GB/s aggregate);"
+            " gpufleet plans tensor parallelism over it as over NVLink"
+        )
+    if any(o.vendor == "amd" for o in options):
+        notes.append(
+            "AMD Instinct options serve with ROCm builds of the engines (vLLM, SGLang); the same overhead margin"
+            " (1 GB per GPU + 10 %) is assumed, not measured on ROCm"
+        )
+    from gpufleet.mig.amd_partitions import dcm_applies
+
+    for o in (o for o in options if o.kind == "partition"):
+        unlisted = "" if o.documented else f"; AMD does not list {o.amd_partition} for {o.gpu}: the driver allows it"
+        if not dcm_applies(*(o.amd_partition or "+").split("+")):
+            unlisted += (
+                f"; the AMD GPU Operator's Device Config Manager (AKS pools) does not apply {o.amd_partition}: a"
+                " bare-metal host group does (amd_partitions managed_by: host)"
+            )
+        notes.append(
+            f"{o.amd_partition} partition of {o.gpu}: {o.partition_gib:g} GiB per logical GPU, derived (the GPU's"
+            " memory split evenly, before the driver's reservations: AMD publishes no usable figure); its decode bound"
+            f" takes the GPU's memory bandwidth divided by its logical GPUs{unlisted}"
         )
     if isinstance(req, Inference):
         unknown = sorted({o.gpu for o in options if o.decode_tokens_per_s is None})
@@ -435,8 +516,11 @@ def size(
         from gpufleet.common.diagnostics import did_you_mean
 
         raise SizingError(f"unknown region {region!r}; {did_you_mean(region, catalog.region_names)}")
-    if gpu is not None and gpu.vendor != "nvidia":
-        raise SizingError(f"{gpu.name} is an {gpu.vendor.upper()} GPU; gpufleet sizes NVIDIA GPUs only")
+    if gpu is not None and not sized_gpu(gpu):
+        instinct = ", ".join(g.name for g in catalog.gpus if g.vendor == "amd" and sized_gpu(g))
+        raise SizingError(
+            f"gpufleet sizes NVIDIA GPUs and AMD Instinct {instinct}, not {gpu.name} ({gpu.vendor.upper()})"
+        )
     if isinstance(req, Inference) and model.context_length and req.context > model.context_length:
         raise SizingError(f"context {req.context} exceeds {model.name}'s native context of {model.context_length}")
     mem = memory(model, req)
@@ -444,7 +528,9 @@ def size(
     models = (
         [gpu] if gpu is not None else list({catalog.gpu(vm.gpu).name: catalog.gpu(vm.gpu) for vm in sizes}.values())
     )
-    found: list[Option | None] = [_mig_option(model, req, mem, gpu)] if gpu is not None else []
+    found: list[Option | None] = (
+        [_mig_option(model, req, mem, gpu), _partition_option(model, req, mem, gpu)] if gpu is not None else []
+    )
     found += [_whole_option(model, req, mem, g, None, None) for g in models]
     for vm in sizes:
         price = catalog.price(vm.name, region) if region else None

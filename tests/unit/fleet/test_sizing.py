@@ -293,8 +293,9 @@ def test_retired_non_aks_and_partial_gpu_sizes_are_never_options():
     catalog = load_catalog()
     assert "Standard_NC6s_v3" not in names  # NCv3 retired 2025-09-30
     assert "Standard_NV6ads_A10_v5" not in names  # a sixth of an A10
-    assert all(catalog.gpu(catalog.vm_size(n).gpu).vendor == "nvidia" for n in names)
-    assert "Standard_NC4as_T4_v3" in names
+    assert "Standard_NV24ads_V710_v5" not in names  # a whole AMD Radeon PRO V710: not AMD Instinct, pools refuse it
+    assert all(sizing.sized_gpu(catalog.gpu(catalog.vm_size(n).gpu)) for n in names)
+    assert {"Standard_NC4as_T4_v3", "Standard_ND96isr_MI300X_v5"} <= names
 
 
 def test_a_replica_spans_vms_only_over_infiniband():
@@ -367,7 +368,8 @@ def test_json_is_the_design_contract():
     doc = json.loads(result.stdout)
     assert list(doc) == ["model", "mode", "memory_gb", "options"]
     assert list(doc["memory_gb"]) == ["weights", "kv_cache", "activations", "optimizer", "overhead", "total"]
-    keys = ["kind", "gpu", "mig_profile", "gpus", "vm_size", "nodes", "headroom_gb", "decode_tokens_per_s"]
+    keys = ["kind", "gpu", "mig_profile", "amd_partition", "gpus", "vm_size", "nodes", "headroom_gb"]
+    keys += ["decode_tokens_per_s"]
     assert all(list(o) == [*keys, "usd_per_hour"] for o in doc["options"])
     assert {o["kind"] for o in doc["options"]} == {"gpu", "vm"} and doc["memory_gb"]["kv_cache"] == 171.799
 
@@ -382,7 +384,7 @@ def test_json_is_the_design_contract():
         (["--params", "nan", "--layers", "32"], 1, "--params must be positive"),
         (["--model", "mistral-7b", "--concurrency", "9" * 400], 1, "concurrency (1-1,000,000)"),
         (["--model", "mistral-7b", "--gpu", "B300X"], 1, "unknown GPU"),
-        (["--model", "mistral-7b", "--gpu", "MI300X"], 1, "NVIDIA GPUs only"),
+        (["--model", "mistral-7b", "--gpu", "V710"], 1, "NVIDIA GPUs and AMD Instinct MI300X"),
         (["--model", "mistral-7b", "--region", "moon"], 1, "unknown region 'moon'"),
         (["--model", "llama-3.1-405b", "--gpu", "T4"], 1, "nothing fits"),
         (["--model", "mistral-7b", "--zero-stage", "3"], 2, "does not apply to --mode inference"),
