@@ -439,3 +439,22 @@ def findings_from_validation(exc: ValidationError, root: type[BaseModel], prefix
             yield Finding((*prefix, *clean), f"unknown key {key!r}; {did_you_mean(key, valid)}")
         else:
             yield Finding((*prefix, *clean), _message(error))
+
+
+Model = typing.TypeVar("Model", bound=BaseModel)
+
+
+def read_model(file: str, model: type[Model], shape: str) -> tuple[Model | None, Locator | None, list[Diagnostic]]:
+    """An input file (a demand, a fleet...) read and validated as ``model``: the parsed model and the locator of its
+    document, or None and every error at ``file:line`` (``shape``: what the file must be, said when its document is
+    no mapping)."""
+    doc, errors = read_yaml(file)
+    if errors:
+        return None, None, errors
+    if not isinstance(doc, dict):
+        return None, None, [Diagnostic(file, 1, "", shape)]
+    locator = Locator(doc)
+    try:
+        return model.model_validate(plain(doc)), locator, []
+    except ValidationError as exc:
+        return None, locator, located(findings_from_validation(exc, model), locator, file)

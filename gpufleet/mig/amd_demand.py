@@ -24,11 +24,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path as FsPath
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from gpufleet.catalog import AmdMemoryMode, Catalog, Gpu
 from gpufleet.common.diagnostics import Diagnostic, Finding
-from gpufleet.common.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
+from gpufleet.common.yamldoc import located, read_model
 from gpufleet.mig.amd_pack import AmdDemand, FlexibleDemand, gpus_per_pair
 from gpufleet.mig.amd_partitions import (
     PairSyntaxError,
@@ -208,17 +208,11 @@ def _other_shape(
 def load_amd_demand(path: str | FsPath, catalog: Catalog) -> LoadedAmdDemand:
     """Read and validate an AMD partition demand file; every error as ``file:line: key.path: message``."""
     file = str(path)
-    doc, errors = read_yaml(file)
-    if errors:
-        return LoadedAmdDemand(file, [], errors)
-    if not isinstance(doc, dict):
-        message = "an AMD partition demand file is a mapping with a 'gpus:' list"
-        return LoadedAmdDemand(file, [], [Diagnostic(file, 1, "", message)])
-    locator = Locator(doc)
-    try:
-        parsed = DemandFile.model_validate(plain(doc))
-    except ValidationError as exc:
-        return LoadedAmdDemand(file, [], located(findings_from_validation(exc, DemandFile), locator, file))
+    parsed, locator, diagnostics = read_model(
+        file, DemandFile, "an AMD partition demand file is a mapping with a 'gpus:' list"
+    )
+    if parsed is None or locator is None:
+        return LoadedAmdDemand(file, [], diagnostics)
     demands, findings = _resolve(parsed, catalog)
     diagnostics = located(findings, locator, file)
     return LoadedAmdDemand(file, demands if not diagnostics else [], diagnostics)

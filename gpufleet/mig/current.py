@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import Annotated, Any
 
-from pydantic import Field, PlainValidator, ValidationError
+from pydantic import Field, PlainValidator
 
 from gpufleet.catalog import Catalog, Gpu
 from gpufleet.common.diagnostics import Diagnostic, Finding
-from gpufleet.common.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
+from gpufleet.common.yamldoc import located, read_model
 from gpufleet.mig.demand import MAX_FLEET_GPUS, mig_gpu
 from gpufleet.mig.placement import as_layout, check, unknown_profile
 from gpufleet.mig.repack import FleetGpu
@@ -183,16 +183,9 @@ def _resolve(parsed: FleetFile, catalog: Catalog) -> tuple[list[ModelFleet], lis
 def load_current(path: str | FsPath, catalog: Catalog) -> LoadedFleet:
     """Read and validate a fleet file; every error as ``file:line: key.path: message``."""
     file = str(path)
-    doc, errors = read_yaml(file)
-    if errors:
-        return LoadedFleet(file, [], errors)
-    if not isinstance(doc, dict):
-        return LoadedFleet(file, [], [Diagnostic(file, 1, "", "a fleet file is a mapping with a 'fleet:' list")])
-    locator = Locator(doc)
-    try:
-        parsed = FleetFile.model_validate(plain(doc))
-    except ValidationError as exc:
-        return LoadedFleet(file, [], located(findings_from_validation(exc, FleetFile), locator, file))
+    parsed, locator, diagnostics = read_model(file, FleetFile, "a fleet file is a mapping with a 'fleet:' list")
+    if parsed is None or locator is None:
+        return LoadedFleet(file, [], diagnostics)
     models, findings = _resolve(parsed, catalog)
     diagnostics = located(findings, locator, file)
     return LoadedFleet(file, models if not diagnostics else [], diagnostics)

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Annotated
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from gpufleet.catalog import Catalog, Gpu
 from gpufleet.common.diagnostics import Diagnostic, Finding
-from gpufleet.common.yamldoc import Locator, findings_from_validation, located, plain, read_yaml
+from gpufleet.common.yamldoc import located, read_model
 from gpufleet.mig import MigError, profile_for_memory, usable_gib
 from gpufleet.mig.placement import unknown_profile
 from gpufleet.spec.types import StrictModel, invalid
@@ -147,18 +147,9 @@ def gpus_needed(model: ModelDemand) -> int:
 def load_demand(path: str | FsPath, catalog: Catalog) -> LoadedDemand:
     """Read and validate a demand file; every error as ``file:line: key.path: message``."""
     file = str(path)
-    doc, errors = read_yaml(file)
-    if errors:
-        return LoadedDemand(file, [], errors)
-    locator = Locator(doc)
-    if not isinstance(doc, dict):
-        return LoadedDemand(file, [], [Diagnostic(file, 1, "", "a demand file is a mapping with a 'demand:' list")])
-    findings: list[Finding] = []
-    try:
-        parsed = DemandFile.model_validate(plain(doc))
-    except ValidationError as exc:
-        findings.extend(findings_from_validation(exc, DemandFile))
-        return LoadedDemand(file, [], located(findings, locator, file))
+    parsed, locator, diagnostics = read_model(file, DemandFile, "a demand file is a mapping with a 'demand:' list")
+    if parsed is None or locator is None:
+        return LoadedDemand(file, [], diagnostics)
     models, findings = _resolve(parsed, catalog)
     diagnostics = located(findings, locator, file)
     return LoadedDemand(file, models if not diagnostics else [], diagnostics)

@@ -137,7 +137,8 @@ def host_view(
         # AMD Instinct partitions (the amd_partition role applies them where managed_by is host): {managed_by, profile,
         # memory, groups: [{compute, gpus}], skipped_gpus, logical_gpus, memory_gib}
         "amd_partitions": plain(group.amd_partitions) if group is not None and group.amd_partitions else None,
-        "driver_owner": (HOST_DRIVER if driver_preinstalled else OPERATOR_DRIVER)
+        # an AMD group's driver is always the amd_driver role's (the flags are NVIDIA's chart's)
+        "driver_owner": (HOST_DRIVER if driver_preinstalled or group.vendor == "amd" else OPERATOR_DRIVER)
         if group is not None and group.gpu_model is not None
         else None,
         "charts": {

@@ -113,6 +113,7 @@ def test_on_bare_metal_the_amd_driver_role_owns_the_driver():
     view = hosts.host_view(plan(BAREMETAL, BAREMETAL_FILE), ["mi300x"], driver_preinstalled=False)
     operator_driver = view["charts"][AMD]["values"]["deviceConfig"]["spec"]["driver"]
     assert operator_driver["enable"] is False
+    assert view["driver_owner"] == "host"  # what verify's owners column expects on the host
 
 
 def test_the_deviceconfig_selects_gpufleets_label_and_nfds_amd_label():
