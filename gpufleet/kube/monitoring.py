@@ -86,20 +86,26 @@ def _meta_label(label: str) -> str:
 def service_monitor(namespace: str, dcgm: DcgmCatalog) -> dict[str, Any]:
     """The ServiceMonitor of the GPU Operator's DCGM exporter Service, with ``node`` and ``pool`` on each series."""
     exporter = dcgm.operator_exporter
+    return _service_monitor("gpufleet-dcgm-exporter", namespace, dict(exporter.labels), exporter.port_name, "/metrics")
+
+
+def _service_monitor(name: str, namespace: str, selector: dict[str, str], port: str, path: str) -> dict[str, Any]:
+    """A ServiceMonitor of the exporter Service in ``namespace`` that ``selector`` matches, scraped at ``port`` and
+    ``path``, each series with its ``node`` and ``pool`` (the node's metadata attached)."""
     endpoint = {
-        "port": exporter.port_name,
-        "path": "/metrics",
+        "port": port,
+        "path": path,
         "interval": SCRAPE_INTERVAL,
         "relabelings": _pool_relabelings("__meta_kubernetes_pod_node_name", _meta_label(POOL_LABEL)),
     }
     return {
         "apiVersion": MONITORING_API,
         "kind": "ServiceMonitor",
-        "metadata": {"name": "gpufleet-dcgm-exporter", "namespace": namespace, "labels": dict(MANAGED_BY)},
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)},
         "spec": {
             "attachMetadata": {"node": True},
             "namespaceSelector": {"matchNames": [namespace]},
-            "selector": {"matchLabels": dict(exporter.labels)},
+            "selector": {"matchLabels": selector},
             "endpoints": [endpoint],
         },
     }
@@ -292,23 +298,8 @@ def amd_service_monitor(namespace: str, amd: AmdMetricsCatalog, device_config: s
     ``app.kubernetes.io/service``), with ``node`` and ``pool`` on each series. The operator's own ServiceMonitor
     (``metricsExporter.prometheus.serviceMonitor``) stays off: it cannot add the pool, and both would scrape twice."""
     exporter = amd.operator_exporter
-    endpoint = {
-        "port": exporter.port_name,
-        "path": exporter.path,
-        "interval": SCRAPE_INTERVAL,
-        "relabelings": _pool_relabelings("__meta_kubernetes_pod_node_name", _meta_label(POOL_LABEL)),
-    }
-    return {
-        "apiVersion": MONITORING_API,
-        "kind": "ServiceMonitor",
-        "metadata": {"name": "gpufleet-amd-metrics-exporter", "namespace": namespace, "labels": dict(MANAGED_BY)},
-        "spec": {
-            "attachMetadata": {"node": True},
-            "namespaceSelector": {"matchNames": [namespace]},
-            "selector": {"matchLabels": {exporter.service_label: exporter.service(device_config)}},
-            "endpoints": [endpoint],
-        },
-    }
+    selector = {exporter.service_label: exporter.service(device_config)}
+    return _service_monitor("gpufleet-amd-metrics-exporter", namespace, selector, exporter.port_name, exporter.path)
 
 
 AMD_WHERE = (
