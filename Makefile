@@ -19,7 +19,7 @@ STARTED := $(shell date +%s)
 .PHONY: help setup test test-fast test-slow fuzz lint bench lab lab-down clean
 
 help:
-	@echo "make setup      create .venv and install gpufleet with its dev tools, a pinned helm and its charts, promtool and fence_redfish (idempotent)"
+	@echo "make setup      create .venv and install gpufleet with its dev tools, a pinned helm and its charts, promtool and prometheus, fence_redfish (idempotent)"
 	@echo "make test       lint + every test (installs what it needs first)"
 	@echo "make test-fast  every test but the lab's (no VMs, no containers; a few minutes)"
 	@echo "make test-slow  the long scenarios kept out of 'make test'"

@@ -27,6 +27,7 @@ from gpufleet.cli.lab import lab_app
 from gpufleet.cli.mig import mig_app
 from gpufleet.cli.preflight import preflight
 from gpufleet.cli.promote import promote_app
+from gpufleet.cli.rightsize import rightsize
 from gpufleet.cli.topology import topology_app
 from gpufleet.cli.virt import virt_app
 
@@ -47,6 +48,7 @@ COMMANDS = (
     (audit.audit, "Check a stack's AKS cluster against the AKS secure baseline."),
     (size.size, "A model's GPU memory and the smallest hardware that holds it."),
     (cost, "What each node pool of a stack costs, per hour and per month."),
+    (rightsize, "Measured GPU use -> smaller MIG slices, fewer nodes, $ saved."),
     (preflight, "Ask Azure: pool sizes offered, zones, quota at max nodes."),
     (inventory, "The Ansible inventory of a stack's bare-metal hosts."),
 )

@@ -382,6 +382,23 @@ def _partition_option(model: LanguageModel, req: Request, mem: Memory, gpu: Gpu)
     )
 
 
+def _smallest_slices(model: LanguageModel, req: Request, mem: Memory, catalog: Catalog) -> Iterator[Option]:
+    """Without a GPU named: the smallest MIG instance that holds the need across the catalog's MIG GPUs, and the
+    smallest AMD partition across its Instinct GPUs (the least memory that holds it; equal ones: the first in the
+    catalog). The slice is the answer most users want first: it is ranked with the whole GPUs."""
+    candidates = {g.name: g for g in catalog.gpus if sized_gpu(g)}
+
+    def a_slice(o: Option) -> bool:  # a 7g instance is the whole GPU: that is the gpu option
+        geometry = candidates[o.gpu].mig
+        profile = geometry.profile(o.mig_profile) if geometry is not None and o.mig_profile else None
+        return profile is None or profile.memory_slices < geometry.memory_slices  # type: ignore[union-attr]
+
+    for make in (_mig_option, _partition_option):
+        options = [o for o in (make(model, req, mem, g) for g in candidates.values()) if o is not None and a_slice(o)]
+        if options:
+            yield min(options, key=lambda o: o.headroom_gb)
+
+
 def _whole_option(
     model: LanguageModel, req: Request, mem: Memory, gpu: Gpu, vm: VmSize | None, price: Price | None
 ) -> Option | None:
@@ -529,7 +546,9 @@ def size(
         [gpu] if gpu is not None else list({catalog.gpu(vm.gpu).name: catalog.gpu(vm.gpu) for vm in sizes}.values())
     )
     found: list[Option | None] = (
-        [_mig_option(model, req, mem, gpu), _partition_option(model, req, mem, gpu)] if gpu is not None else []
+        [_mig_option(model, req, mem, gpu), _partition_option(model, req, mem, gpu)]
+        if gpu is not None
+        else list(_smallest_slices(model, req, mem, catalog))
     )
     found += [_whole_option(model, req, mem, g, None, None) for g in models]
     for vm in sizes:

@@ -371,6 +371,7 @@ def test_json_is_the_design_contract():
     keys = ["kind", "gpu", "mig_profile", "amd_partition", "gpus", "vm_size", "nodes", "headroom_gb"]
     keys += ["decode_tokens_per_s"]
     assert all(list(o) == [*keys, "usd_per_hour"] for o in doc["options"])
+    # no slice smaller than a whole GPU holds it (a 7g instance is the whole GPU: not offered as a slice)
     assert {o["kind"] for o in doc["options"]} == {"gpu", "vm"} and doc["memory_gb"]["kv_cache"] == 171.799
 
 
@@ -435,3 +436,28 @@ def test_docs_worked_example_matches_the_planner():
     figures += [f"{mem.total:.2f}", f"{mem.per_gpu(4):.2f}", "327,680", f"{math.ceil(mem.total / 85.9)}"]
     missing = [f for f in figures if f not in doc]
     assert not missing, f"docs/sizing.md lacks the planner's figures {missing}"
+
+
+def test_without_a_gpu_the_smallest_mig_slice_is_among_the_first_options():
+    """Issue 45: `size --model llama-3.1-8b --dtype bf16 --context 8192` (about 21 GB) lists the smallest MIG slice
+    that holds it, across the catalog's MIG GPUs, among its first options, not only with --gpu."""
+    from gpufleet import mig
+
+    args = ["size", "--model", "llama-3.1-8b", "--dtype", "bf16", "--context", "8192"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    options = json.loads(result.stdout)["options"]
+    first = [o for o in options[:3] if o["kind"] == "mig"]
+    assert len(first) == 1
+    need = json.loads(result.stdout)["memory_gb"]["total"] * GB / 2**30
+    smallest = min(
+        mig.usable_gib(g, p)[0]
+        for g in load_catalog().gpus
+        if g.mig is not None
+        for p in g.mig.profiles
+        if p.plain and mig.usable_gib(g, p)[0] >= need
+    )
+    chosen = load_catalog().gpu(first[0]["gpu"])
+    assert mig.usable_gib(chosen, chosen.mig.profile(first[0]["mig_profile"]))[0] == smallest
+    human = runner.invoke(app, args)
+    assert f"MIG {first[0]['mig_profile']} of {first[0]['gpu']}" in human.output
