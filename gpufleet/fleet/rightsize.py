@@ -156,6 +156,7 @@ class PoolProposal:
     drains: tuple[DrainStep, ...]
     usd_month_before: Decimal | None
     usd_month_after: Decimal | None
+    drifted: tuple[str, ...] = ()  # nodes whose measured instances are not the stack's layout (MIG drift)
 
     @property
     def gpus_changed_per_node(self) -> int:
@@ -208,6 +209,7 @@ class PoolProposal:
             ],
             "usd_month_before": _money(self.usd_month_before),
             "usd_month_after": _money(self.usd_month_after),
+            "drifted": list(self.drifted),
         }
 
 
@@ -493,11 +495,65 @@ def _coverage_notes(series: Sequence[SeriesUsage], usage: Usage) -> list[str]:
     return notes
 
 
+def _in_pools(stack: Any, plans: Mapping[str, Any], usage: Usage) -> tuple[list[SeriesUsage], list[str]]:
+    """The series of the stack's pools (each with its pool), and what was left out; a workload on a node no pool has
+    is refused."""
+    from dataclasses import replace
+
+    aks_names = {p.aks_name: name for name, p in plans.items()}
+    series: list[SeriesUsage] = []
+    strangers: set[str] = set()
+    for s in usage.series:
+        pool = s.pool if s.pool in plans else _pool_of_node(s.node, aks_names)
+        if pool is not None:
+            series.append(replace(s, pool=pool))
+        elif s.pod is not None:
+            raise RightsizeError(
+                f"pod {s.namespace}/{s.pod} uses a GPU of node {s.node or '(no node label)'}, which no pool of "
+                f"stack {stack.name} has (pool label {s.pool or 'missing'}): is this the stack's Prometheus?"
+            )
+        else:
+            strangers.add(s.node)
+    shown = ", ".join(sorted(strangers)[:5])
+    notes = [f"{len(strangers)} node(s) outside the stack's pools, without workloads, left out: {shown}"]
+    return series, notes if strangers else []
+
+
+def _check_mig_labels(plans: Mapping[str, Any], gpus: Mapping[str, Gpu], series: Sequence[SeriesUsage]) -> None:
+    """A MIG pool's series carry their instance's profile, and it is one of the pool's GPU model."""
+    for name, p in plans.items():
+        own = [s for s in series if s.pool == name and s.present]
+        if p.mig is not None and own and not any(s.profile for s in own):
+            raise RightsizeError(
+                f"pool {name} runs MIG ({p.mig.config_name or p.mig.gpu_instance_profile}) but its DCGM series (node "
+                f"{own[0].node}) carry no GPU_I_PROFILE label: are its GPUs in MIG mode, the exporter per instance?"
+            )
+    for s in series:
+        gpu = gpus.get(s.pool or "")
+        if s.profile and gpu is not None and (gpu.mig is None or gpu.mig.profile(s.profile) is None):
+            raise RightsizeError(
+                f"node {s.node} of pool {s.pool} reports MIG instances {s.profile}, which {gpu.name} (the pool's "
+                f"{plans[s.pool or ''].vm_size}) has not: are the stack and this Prometheus about the same cluster?"
+            )
+
+
+def _pool_notes(proposals: Sequence[PoolProposal]) -> list[str]:
+    notes = [
+        f"pool {pr.name}: {len(pr.drifted)} node(s) do not have the stack's MIG layout now ({pr.drifted[0]}...): the "
+        "proposal starts from the stack's layout"
+        for pr in proposals
+        if pr.drifted
+    ]
+    return notes + [
+        f"pool {pr.name}: {pr.nodes_measured} node(s) measured, the stack says {pr.range_before.count}"
+        for pr in proposals
+        if pr.nodes_measured != pr.range_before.count
+    ]
+
+
 def propose(stack: Any, plan: Any, catalog: Catalog, cost: Any, usage: Usage) -> Proposal:
     """The proposal for ``stack`` (valid, with its ``plan`` and ``cost``) from what ``usage`` measured. Raises
     :class:`RightsizeError` when the measurements cannot be used."""
-    from dataclasses import replace
-
     if not usage.series:
         raise RightsizeError(
             f"Prometheus at {usage.url} has no DCGM exporter series (DCGM_FI_DEV_FB_USED) in the {usage.window} "
@@ -505,34 +561,9 @@ def propose(stack: Any, plan: Any, catalog: Catalog, cost: Any, usage: Usage) ->
         )
     spec_pools = {p.name: p for p in (stack.aks.gpu_pools if stack.aks is not None else ())}
     plans = {p.name: p for p in plan.pools}
-    aks_names = {p.aks_name: p.name for p in plan.pools}
-    notes: list[str] = []
-    series: list[SeriesUsage] = []
-    strangers: Counter[str] = Counter()
-    for s in usage.series:
-        pool = s.pool if s.pool in plans else _pool_of_node(s.node, aks_names)
-        if pool is None:
-            if s.pod is not None:
-                raise RightsizeError(
-                    f"pod {s.namespace}/{s.pod} uses a GPU of node {s.node or '(no node label)'}, which no pool of "
-                    f"stack {stack.name} has (pool label {s.pool or 'missing'}): is this the stack's Prometheus?"
-                )
-            strangers[s.node] += 1
-            continue
-        series.append(replace(s, pool=pool))
-    if strangers:
-        shown = ", ".join(sorted(strangers)[:5])
-        notes.append(f"{len(strangers)} node(s) outside the stack's pools, without workloads, left out: {shown}")
+    series, notes = _in_pools(stack, plans, usage)
     nvidia = {name: catalog.gpu(p.gpu_model) for name, p in plans.items() if p.vendor == "nvidia"}
-    for name, p in plans.items():
-        if p.mig is None:
-            continue
-        own = [s for s in series if s.pool == name and s.present]
-        if own and not any(s.profile for s in own):
-            raise RightsizeError(
-                f"pool {name} runs MIG ({p.mig.config_name or p.mig.gpu_instance_profile}) but its DCGM series (node "
-                f"{own[0].node}) carry no GPU_I_PROFILE label: are its GPUs in MIG mode, the exporter per instance?"
-            )
+    _check_mig_labels(plans, nvidia, series)
     pending = _pending_by_workload(usage, list(nvidia.values()))
     if usage.pending is None:
         notes.append(
@@ -540,6 +571,12 @@ def propose(stack: Any, plan: Any, catalog: Catalog, cost: Any, usage: Usage) ->
             "names"
         )
     found = workloads(series, nvidia, usage.owners, pending)
+    held = {(w.namespace, w.owner, w.has) for w in found}
+    if waiting := sum(count for key, count in pending.items() if key not in held):
+        notes.append(
+            f"{waiting} pending GPU request(s) of workloads with no pod on a GPU yet: not in any pool's demand "
+            "(no measurement to size them by)"
+        )
     notes += _coverage_notes(series, usage)
     proposals = []
     taken = {p.mig.config_name for p in plan.pools if p.mig is not None and p.mig.config_name}
@@ -555,13 +592,7 @@ def propose(stack: Any, plan: Any, catalog: Catalog, cost: Any, usage: Usage) ->
             continue
         proposals.append(_pool_proposal(spec, p, nvidia[name], series, mine, cost, taken))
     before, after, cost_notes = _stack_cost(cost, proposals)
-    notes += cost_notes
-    if any(pr.nodes_measured != pr.range_before.count for pr in proposals):
-        notes += [
-            f"pool {pr.name}: {pr.nodes_measured} node(s) measured, the stack says {pr.range_before.count}"
-            for pr in proposals
-            if pr.nodes_measured != pr.range_before.count
-        ]
+    notes += cost_notes + _pool_notes(proposals)
     return Proposal(stack.name, usage.window, tuple(found), tuple(proposals), before, after, tuple(notes))
 
 
@@ -579,6 +610,10 @@ def _pool_proposal(
     present = [s for s in series if s.pool == p.name and s.present]
     nodes = sorted({s.node for s in present})
     busy = Counter(s.node for s in present if s.pod is not None)
+    planned = Counter(p for layout in layouts for p, count in layout for _ in range(count))
+    drifted = sorted(
+        node for node in nodes if Counter(s.profile for s in present if s.node == node and s.profile) != planned
+    )
     demand_before = Counter(s.profile for s in present if s.pod is not None and s.profile)
     demand_after: Counter[str] = Counter()
     for w in mine:
@@ -623,6 +658,7 @@ def _pool_proposal(
         drains=tuple(drains),
         usd_month_before=priced.per_month(range_before.count) if priced is not None else None,
         usd_month_after=priced.per_month(range_after.count) if priced is not None else None,
+        drifted=tuple(drifted),
     )
 
 

@@ -13,7 +13,7 @@ from gpufleet.azure.cost import stack_cost
 from gpufleet.catalog import load_catalog
 from gpufleet.fleet import rightsize as rs
 from gpufleet.fleet.prometheus import Prometheus, PrometheusError, parse_window
-from gpufleet.fleet.usage import SeriesUsage, Usage, _workload
+from gpufleet.fleet.usage import PendingRequest, SeriesUsage, Usage, _workload
 from gpufleet.mig.placement import as_layout
 from gpufleet.mig.repack import FleetGpu, repack_model
 from gpufleet.plan.build import plan_stack
@@ -199,3 +199,20 @@ def test_the_client_takes_credentials_from_the_environment_only():
         Prometheus("https://p", env={"GPUFLEET_PROMETHEUS_USER": "u"})
     with pytest.raises(PrometheusError, match="not a Prometheus URL"):
         Prometheus("prometheus:9090", env={})
+
+
+def test_a_profile_the_pools_gpu_has_not_is_refused(example):
+    stack, plan, cost = example
+    with pytest.raises(rs.RightsizeError, match=r"reports MIG instances 1g\.12gb, which H100-SXM5-80GB"):
+        rs.propose(stack, plan, CATALOG, cost, usage([series(profile="1g.12gb")]))
+
+
+def test_mig_drift_and_requests_waiting_without_a_pod_are_said(example):
+    stack, plan, cost = example
+    waiting = [PendingRequest("ml", "batch-job-xyz", "nvidia_com_mig_1g_10gb", 1)]
+    proposal = rs.propose(stack, plan, CATALOG, cost, usage([series()], pending=waiting))
+    (pool,) = proposal.pools
+    assert pool.drifted == ("n0",)  # one instance measured where the stack's layout has sixteen
+    assert any("do not have the stack's MIG layout" in note for note in proposal.notes)
+    assert any("1 pending GPU request(s) of workloads with no pod" in note for note in proposal.notes)
+    assert pool.demand_after == {"1g.10gb": 1}  # the waiting request is said, not sized
