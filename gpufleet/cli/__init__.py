@@ -20,8 +20,10 @@ from gpufleet.cli import audit, size, stack
 from gpufleet.cli.amd import amd_app
 from gpufleet.cli.azure import azure_app
 from gpufleet.cli.catalog import catalog_app
+from gpufleet.cli.ci import ci_app
 from gpufleet.cli.common import EXIT_CODES_HELP, EXIT_INTERNAL, command, err, out
 from gpufleet.cli.cost import cost
+from gpufleet.cli.diff import diff
 from gpufleet.cli.inventory import inventory
 from gpufleet.cli.lab import lab_app
 from gpufleet.cli.mig import mig_app
@@ -48,6 +50,7 @@ COMMANDS = (
     (audit.audit, "Check a stack's AKS cluster against the AKS secure baseline."),
     (size.size, "A model's GPU memory and the smallest hardware that holds it."),
     (cost, "What each node pool of a stack costs, per hour and per month."),
+    (diff, "What an edit of stack files does: replaced pools first, cost."),
     (rightsize, "Measured GPU use -> smaller MIG slices, fewer nodes, $ saved."),
     (preflight, "Ask Azure: pool sizes offered, zones, quota at max nodes."),
     (inventory, "The Ansible inventory of a stack's bare-metal hosts."),
@@ -61,6 +64,7 @@ GROUPS = {
     "promote": promote_app,
     "catalog": catalog_app,
     "azure": azure_app,
+    "ci": ci_app,
 }
 for func, summary in COMMANDS:
     command(app, func.__name__, summary)(func)

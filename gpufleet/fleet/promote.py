@@ -234,8 +234,12 @@ class GitError(RuntimeError):
     """git is missing or failed: promotion refuses rather than skip a check (the message names the command)."""
 
 
-def git(root: Path, *args: str) -> str:
-    """``git -C root ARGS``'s output; GitError when git is missing, fails or hangs."""
+PROMOTION_NEEDS_GIT = "promotion needs the stack files in a git repository (git init, then commit them)"
+
+
+def git(root: Path, *args: str, needs: str = PROMOTION_NEEDS_GIT) -> str:
+    """``git -C root ARGS``'s output; GitError when git is missing, fails or hangs (``needs`` says, after a failure,
+    what needed git)."""
     command = f"git {' '.join(args)}"
     try:
         proc = subprocess.run(
@@ -254,10 +258,7 @@ def git(root: Path, *args: str) -> str:
         raise GitError(f"'{command}' in {root} could not run: {exc}") from None
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        raise GitError(
-            f"'{command}' failed in {root}: {why}; promotion needs the stack files in a git repository (git init,"
-            " then commit them)"
-        )
+        raise GitError(f"'{command}' failed in {root}: {why}; {needs}")
     return proc.stdout
 
 

@@ -36,7 +36,8 @@ from typing import Any, Literal
 from gpufleet.catalog import Catalog, Gpu, MigProfile
 from gpufleet.fleet.sizing import OVERHEAD_FRACTION
 from gpufleet.fleet.usage import SeriesUsage, Usage
-from gpufleet.mig.placement import Layout, as_layout
+from gpufleet.mig.outputs import node_layouts
+from gpufleet.mig.placement import Layout
 from gpufleet.mig.repack import FleetGpu, ModelRepack, repack_model
 from gpufleet.mig.sizing import usable_gib
 
@@ -461,15 +462,6 @@ def _pool_of_node(node: str, aks_names: Mapping[str, str]) -> str | None:
     return aks_names.get(m["name"]) if m else None
 
 
-def _current_layouts(pool: Any, gpus: int, gpu: Gpu) -> tuple[Layout, ...]:
-    assert gpu.mig is not None
-    out = []
-    for index in range(gpus):
-        group = next((g for g in pool.mig.devices if g.gpus == "all" or index in g.gpus), None)
-        out.append(as_layout(group.profiles, gpu.mig) if group is not None else ())
-    return tuple(out)
-
-
 def _pending_by_workload(usage: Usage, gpus: Sequence[Gpu]) -> dict[tuple[str, str, str], int]:
     out: Counter[tuple[str, str, str]] = Counter()
     for request in usage.pending or ():
@@ -606,7 +598,7 @@ def _pool_proposal(
     taken: set[str],
 ) -> PoolProposal:
     gpus = int(p.gpus_per_node)
-    layouts = _current_layouts(spec, gpus, gpu)
+    layouts = node_layouts(spec.mig, gpus, gpu)
     present = [s for s in series if s.pool == p.name and s.present]
     nodes = sorted({s.node for s in present})
     busy = Counter(s.node for s in present if s.pod is not None)

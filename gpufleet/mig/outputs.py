@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from gpufleet.catalog import Catalog, Gpu
 from gpufleet.mig import FleetPack
+from gpufleet.mig.placement import Layout
 from gpufleet.spec.models import MigLayout, OperatorManagedMig, Stack
 
 DISABLED_CONFIG = "all-disabled"
@@ -81,6 +82,19 @@ def stack_layouts(stack: Stack, catalog: Catalog) -> tuple[list[NamedLayout], li
             if group.mig is not None and group.gpu_model is not None:
                 hosts.append(NamedLayout(group.mig.config_name, catalog.gpu(group.gpu_model), group.mig))
     return pools, hosts
+
+
+def node_layouts(layout: MigLayout, gpus: int, gpu: Gpu) -> tuple[Layout, ...]:
+    """The layout of each of a node's ``gpus`` GPUs (by index) under a stack's MIG layout: its device group's
+    instances, ``()`` for a GPU in no group (MIG left off)."""
+    from gpufleet.mig.placement import as_layout
+
+    assert gpu.mig is not None, "a MIG layout is for a MIG GPU"
+    out = []
+    for index in range(gpus):
+        group = next((g for g in layout.devices if g.gpus == "all" or index in g.gpus), None)
+        out.append(as_layout(group.profiles, gpu.mig) if group is not None else ())
+    return tuple(out)
 
 
 def _unique(layouts: Iterable[NamedLayout]) -> list[NamedLayout]:
