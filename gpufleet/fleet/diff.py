@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -330,28 +330,15 @@ def diff_stacks(
         return StackDiff(after.name, file, "added", pools, groups, {}, _dump(after.release), (), None, cost, unpriced)
     b_pools = _by_name(before.aks.gpu_pools if before.aks else ())
     a_pools = _by_name(after.aks.gpu_pools if after.aks else ())
-    pools: list[PoolChange] = []
-    for name in dict.fromkeys([*b_pools, *a_pools]):
-        if name not in a_pools:
-            pools.append(PoolChange(name, "removed"))
-        elif name not in b_pools:
-            pools.append(PoolChange(name, "added"))
-        elif (
-            c := pool_change(b_pools[name], a_pools[name], _counts(b_pools[name], a_pools[name]), catalog)
-        ) is not None:
-            pools.append(c)
+    pools = _paired(b_pools, a_pools, PoolChange, lambda b, a: pool_change(b, a, _counts(b, a), catalog))
     order = {"replace": 0, "removed": 1, "added": 2, "in place": 3}
     pools.sort(key=lambda c: order[c.change])
-    b_groups = _by_name(before.baremetal.host_groups if before.baremetal else ())
-    a_groups = _by_name(after.baremetal.host_groups if after.baremetal else ())
-    groups: list[HostGroupChange] = []
-    for name in dict.fromkeys([*b_groups, *a_groups]):
-        if name not in a_groups:
-            groups.append(HostGroupChange(name, "removed"))
-        elif name not in b_groups:
-            groups.append(HostGroupChange(name, "added"))
-        elif g := host_group_change(b_groups[name], a_groups[name], (before, after), hosts.get(name, 0), catalog):
-            groups.append(g)
+    groups = _paired(
+        _by_name(before.baremetal.host_groups if before.baremetal else ()),
+        _by_name(after.baremetal.host_groups if after.baremetal else ()),
+        HostGroupChange,
+        lambda b, a: host_group_change(b, a, (before, after), hosts.get(b.name, 0), catalog),
+    )
     release = field_changes(_dump(before.release), _dump(after.release))
     other = [
         c
@@ -373,6 +360,22 @@ def diff_stacks(
         cost_after,
         tuple(dict.fromkeys([*unpriced_before, *unpriced_after])),
     )
+
+
+def _paired(
+    before: Mapping[str, Any], after: Mapping[str, Any], kind: Any, compare: Callable[[Any, Any], Any]
+) -> list[Any]:
+    """Items matched by name: ``kind(name, "removed")``, ``kind(name, "added")``, or what ``compare`` says of a
+    pair (None: no change)."""
+    out = []
+    for name in dict.fromkeys([*before, *after]):
+        if name not in after:
+            out.append(kind(name, "removed"))
+        elif name not in before:
+            out.append(kind(name, "added"))
+        elif (change := compare(before[name], after[name])) is not None:
+            out.append(change)
+    return out
 
 
 def _counts(before: GpuPool, after: GpuPool) -> tuple[int, int]:
