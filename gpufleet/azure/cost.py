@@ -153,6 +153,10 @@ class Totals:
         return _times(self.per_hour_min, HOURS_PER_MONTH)
 
     @property
+    def per_month_now(self) -> Decimal | None:
+        return _times(self.per_hour_now, HOURS_PER_MONTH)
+
+    @property
     def per_month_max(self) -> Decimal | None:
         return _times(self.per_hour_max, HOURS_PER_MONTH)
 

@@ -299,20 +299,14 @@ def _by_name(items: Iterable[Any]) -> dict[str, Any]:
 
 
 def _cost(stack: Stack, catalog: Catalog) -> tuple[Decimal | None, tuple[str, ...]]:
-    """The stack's node pools at their count per month, as ``gpufleet cost`` totals them: pools without a price are
-    left out and named (None: no AKS pool has a price)."""
+    """The stack's node pools at their count per month, as ``gpufleet cost`` totals them (:func:`gpufleet.azure.cost.
+    totals`): pools without a price are left out and named with their size (None: no AKS pool has a price)."""
     from gpufleet.azure.cost import stack_cost
 
     if stack.aks is None:
         return None, ()
-    total, priced, unpriced = Decimal(0), False, []
-    for pool in stack_cost(stack, catalog).pools:
-        month = pool.per_month(pool.nodes_now)
-        if month is None:
-            unpriced.append(f"{pool.name} ({pool.vm_size})")
-        else:
-            total, priced = total + month, True
-    return (total if priced else None), tuple(unpriced)
+    cost = stack_cost(stack, catalog)
+    return cost.totals.per_month_now, tuple(f"{p.name} ({p.vm_size})" for p in cost.pools if not p.priced)
 
 
 def diff_stacks(

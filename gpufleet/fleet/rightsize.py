@@ -655,23 +655,22 @@ def _pool_proposal(
 
 
 def _stack_cost(cost: Any, proposals: Sequence[PoolProposal]) -> tuple[Decimal | None, Decimal | None, list[str]]:
-    """The stack's node pools at their count, before and after, as ``gpufleet cost`` totals them (pools without a
-    price left out and named); None when a pool rightsize resizes has no price."""
+    """The stack's node pools at their count, before and after, as ``gpufleet cost`` totals them
+    (:func:`gpufleet.azure.cost.totals`: pools without a price left out and named); None when a pool rightsize
+    resizes has no price."""
+    from dataclasses import replace
+
+    from gpufleet.azure.cost import totals
+
     if cost is None:
         return None, None, []
     new = {pr.name: pr.range_after.count for pr in proposals}
-    before = after = Decimal(0)
-    unpriced = []
-    for pool in cost.pools:
-        b, a = pool.per_month(pool.nodes_now), pool.per_month(new.get(pool.name, pool.nodes_now))
-        if b is None or a is None:
-            if pool.name in new:
-                return None, None, [f"pool {pool.name}: {pool.vm_size} has no price in {cost.region}: no cost figures"]
-            unpriced.append(f"{pool.name} ({pool.vm_size})")
-            continue
-        before, after = before + b, after + a
-    notes = [f"no price, left out of the cost: {', '.join(unpriced)}"] if unpriced else []
-    return before, after, notes
+    unpriced = [p for p in cost.pools if not p.priced]
+    if resized := next((p for p in unpriced if p.name in new), None):
+        return None, None, [f"pool {resized.name}: {resized.vm_size} has no price in {cost.region}: no cost figures"]
+    after = totals(replace(p, nodes_now=new.get(p.name, p.nodes_now)) for p in cost.pools)
+    notes = [f"no price, left out of the cost: {', '.join(f'{p.name} ({p.vm_size})' for p in unpriced)}"]
+    return cost.totals.per_month_now, after.per_month_now, notes if unpriced else []
 
 
 # -- the stack edit --------------------------------------------------------------------------------------------
