@@ -38,12 +38,17 @@ class PrometheusError(RuntimeError):
     """Prometheus could not be asked, or refused the question; the message is one line."""
 
 
-def parse_window(text: str) -> int:
-    """A Prometheus duration (``7d``, ``36h``, ``1d12h``, ``90m``) in seconds; ValueError with the reason otherwise."""
+def duration_seconds(text: str) -> int:
+    """A Prometheus duration (``30s``, ``7d``, ``36h``, ``1d12h``, ``90m``) in seconds; ValueError otherwise."""
     m = _DURATION.match(text.strip())
     if not text.strip() or m is None or not any(m.groups()):
         raise ValueError(f"{text!r} is not a duration: a number and a unit (w, d, h, m, s), e.g. 7d, 36h or 1d12h")
-    seconds = sum(int(v) * unit for v, unit in zip(m.groups(), _UNITS, strict=True) if v)
+    return sum(int(v) * unit for v, unit in zip(m.groups(), _UNITS, strict=True) if v)
+
+
+def parse_window(text: str) -> int:
+    """A measuring window (:func:`duration_seconds`, at least a minute) in seconds; ValueError with the reason."""
+    seconds = duration_seconds(text)
     if seconds < 60:
         raise ValueError(f"a window of {text} is too short to measure anything: at least 1m")
     return seconds

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpufleet.catalog.dcgm import load_dcgm_catalog
-from gpufleet.fleet.prometheus import Prometheus, Sample
+from gpufleet.fleet.prometheus import Prometheus, Sample, duration_seconds
 from gpufleet.kube.monitoring import NODE, POOL
 
 FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -206,14 +206,9 @@ def measure(
         window=window,
         window_s=window_s,
         end=at,
-        scrape_s=_seconds(SCRAPE_INTERVAL),
+        scrape_s=duration_seconds(SCRAPE_INTERVAL),
         series=tuple(sorted(series, key=lambda s: (s.node, s.gpu, s.instance or "", s.pod or ""))),
         owners=owners,
         pending=pending,
         queries=asked,
     )
-
-
-def _seconds(duration: str) -> int:
-    units = {"s": 1, "m": 60, "h": 3600}
-    return int(duration[:-1]) * units[duration[-1]]
