@@ -10,6 +10,7 @@ import typer
 
 from gpufleet.cli.common import (
     EXIT_INVALID,
+    EXIT_USAGE,
     RootOpt,
     emit_json,
     err,
@@ -55,7 +56,15 @@ def diff(
     after_usd_month, delta}}]}.
     """
     from gpufleet.cli.cost import priced_catalog_or_exit
-    from gpufleet.fleet.diff import DiffError, changed_stacks, default_base, diff_stacks, read_base, resolve_base
+    from gpufleet.fleet.diff import (
+        DiffError,
+        UnknownRevision,
+        base_texts,
+        changed_stacks,
+        default_base,
+        diff_stacks,
+        resolve_base,
+    )
     from gpufleet.fleet.promote import GitError
 
     if fmt not in ("text", "markdown", "json"):
@@ -64,18 +73,19 @@ def diff(
     catalog = priced_catalog_or_exit(project)
     try:
         commit = resolve_base(project, base) if base is not None else default_base(project)
-        paths = [resolve_or_exit(ref, project) for ref in stacks] if stacks else changed_stacks(project, commit)
+        if stacks:
+            bases = base_texts(project, commit, [resolve_or_exit(ref, project) for ref in stacks])
+        else:
+            bases = changed_stacks(project, commit)
         results = []
-        for path in paths:
-            before_text = read_base(project, commit, project / path if not path.is_absolute() else path)
+        for path, before_text in bases.items():
             if before_text is None and stacks:
                 raise DiffError(f"{path} does not exist at {base or commit[:12]}: nothing to compare it with")
             after = _load(path.read_text(encoding="utf-8"), str(path), "now")
             before = _load(before_text, f"{path} at {commit[:12]}", "at the base") if before_text else None
-            hosts = _host_counts(after, project)
-            results.append(diff_stacks(before, after, str(path), catalog, hosts))
+            results.append(diff_stacks(before, after, str(path), catalog, _host_counts(after, project)))
     except DiffError as exc:
-        code = 2 if str(exc).startswith("unknown revision") else EXIT_INVALID
+        code = EXIT_USAGE if isinstance(exc, UnknownRevision) else EXIT_INVALID
         err.print(f"[red]error:[/red] {shown(exc)}")
         raise typer.Exit(code) from None
     except GitError as exc:

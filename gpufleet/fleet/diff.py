@@ -1,7 +1,7 @@
 """What an edit of stack files does, for a reviewer: ``gpufleet diff``.
 
 Pure over two validated stacks (:func:`diff_stacks`: the stack at a git revision and in the working tree); the git
-reads are :func:`read_base` and :func:`changed_stacks`. Per stack:
+reads are :func:`base_texts` and :func:`changed_stacks`. Per stack:
 
 - **pools** added, removed, changed field by field. A change AKS cannot apply in place **replaces** the pool: the
   same test the Pulumi program relies on, the pool's AKS name (:func:`gpufleet.azure.aks.aks_pool_name`, a suffix of
@@ -41,6 +41,10 @@ KERNEL_ARG_KEYS_WITH_ISOLATION = frozenset({"cores_per_gpu", "reserved_cores"})
 
 class DiffError(ValueError):
     """The diff cannot be made (an unknown revision, a stack absent at the base, an invalid stack); one line."""
+
+
+class UnknownRevision(DiffError):
+    """``--base`` names no commit (a usage error)."""
 
 
 @dataclass(frozen=True)
@@ -407,27 +411,29 @@ def resolve_base(root: Path, rev: str) -> str:
     try:
         return git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", needs=DIFF_NEEDS_GIT).strip()
     except GitError:
-        raise DiffError(f"unknown revision {rev!r}: a branch, tag or commit of this repository") from None
+        raise UnknownRevision(f"unknown revision {rev!r}: a branch, tag or commit of this repository") from None
 
 
-def read_base(root: Path, commit: str, path: Path) -> str | None:
-    """The file at ``path`` (in the working tree) as it was at ``commit``; None when it did not exist there."""
+def base_texts(root: Path, commit: str, paths: Iterable[Path]) -> dict[Path, str | None]:
+    """Each file (a path as the working tree has it) as it was at ``commit``; None for one that did not exist
+    there."""
     from gpufleet.fleet.promote import GitError, git
 
-    top = Path(git(root, "rev-parse", "--show-toplevel", needs=DIFF_NEEDS_GIT).strip())
-    relative = path.resolve().relative_to(top.resolve())
-    try:
-        return git(root, "show", f"{commit}:{relative.as_posix()}", needs=DIFF_NEEDS_GIT)
-    except GitError:
-        return None
+    top = Path(git(root, "rev-parse", "--show-toplevel", needs=DIFF_NEEDS_GIT).strip()).resolve()
+    out: dict[Path, str | None] = {}
+    for path in paths:
+        try:
+            out[path] = git(
+                root, "show", f"{commit}:{path.resolve().relative_to(top).as_posix()}", needs=DIFF_NEEDS_GIT
+            )
+        except GitError:
+            out[path] = None
+    return out
 
 
-def changed_stacks(root: Path, commit: str) -> list[Path]:
-    """The stack files of the project that differ from ``commit`` (edited, added, untracked)."""
+def changed_stacks(root: Path, commit: str) -> dict[Path, str | None]:
+    """The project's stack files that differ from ``commit`` (edited, added, untracked), each with its text there."""
     from gpufleet.spec.files import stack_files
 
-    return [
-        path
-        for path in stack_files(root)
-        if read_base(root, commit, root / path) != (root / path).read_text(encoding="utf-8")
-    ]
+    texts = base_texts(root, commit, stack_files(root))
+    return {path: text for path, text in texts.items() if text != path.read_text(encoding="utf-8")}

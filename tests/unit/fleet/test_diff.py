@@ -141,3 +141,10 @@ def test_host_groups_say_what_an_edit_does_to_their_hosts():
     (reboots,) = diff_stacks(stack(BAREMETAL), stack(hugepages), "x", catalog, hosts).host_groups
     assert reboots.effects == ("reboots",)
     assert [(f.key, f.before, f.after) for f in reboots.fields] == [("tuning.hugepages_1g_per_gpu", 16, 8)]
+
+
+def test_from_another_directory_with_root(project: Path):
+    """Stack files are found under --root and read where they are, whatever the working directory."""
+    result = cli("diff", "--root", str(project), "--base", "HEAD", "--format", "json", cwd=project.parent)
+    assert result.returncode == 0, result.stderr
+    assert [s["stack"] for s in json.loads(result.stdout)["stacks"]] == ["prod-eastus"]
