@@ -204,35 +204,29 @@ def pool_change(before: GpuPool, after: GpuPool, nodes: tuple[int, int], catalog
     return PoolChange(before.name, change, fields, name_before, name_after, mig)
 
 
-def _gpus_per_node(pool: GpuPool, catalog: Catalog) -> int:
-    size = catalog.vm_size(pool.vm_size)
-    return int(size.gpu_count) if size is not None and size.gpu_count >= 1 else 0
+def _node_layouts(mig: Any, gpus: int, gpu: Any) -> tuple[Any, ...]:
+    """Each GPU's layout on a node of ``gpus`` GPUs: a mig-parted layout's (:func:`gpufleet.mig.outputs.
+    node_layouts`), AKS-managed MIG's one profile filling every GPU (:func:`gpufleet.mig.outputs.aks_instances`), or
+    none (``()``: MIG off)."""
+    from gpufleet.mig.outputs import aks_instances, node_layouts
+    from gpufleet.mig.placement import as_layout
+    from gpufleet.spec.models import AksManagedMig
+
+    if isinstance(mig, AksManagedMig):
+        return tuple(as_layout(aks_instances(gpu, mig.profile, 1), gpu.mig) for _ in range(gpus))
+    if mig is not None:
+        return node_layouts(mig, gpus, gpu)
+    return tuple(() for _ in range(gpus))
 
 
 def _pool_mig(before: GpuPool, after: GpuPool, nodes: tuple[int, int], catalog: Catalog) -> MigChange | None:
-    from gpufleet.spec.models import OperatorManagedMig
-
     if before.mig == after.mig or before.vm_size != after.vm_size:
         return None  # no layout change, or a new pool (a replacement: every GPU is new anyway)
     size = catalog.vm_size(before.vm_size)
-    if size is None:
+    if size is None or size.gpu_count < 1:
         return None
-    gpu = catalog.gpu(size.gpu)
-    per_node = _gpus_per_node(before, catalog)
-
-    def layouts(pool: GpuPool) -> tuple[Any, ...]:
-        from gpufleet.mig.outputs import node_layouts
-        from gpufleet.mig.placement import as_layout
-
-        if isinstance(pool.mig, OperatorManagedMig):
-            return node_layouts(pool.mig, per_node, gpu)
-        if pool.mig is not None and gpu.mig is not None:  # AKS-managed: one profile on every GPU, as many as fit
-            profile = gpu.mig.base_profile(int(pool.mig.profile.removeprefix("MIG").removesuffix("g")))
-            assert profile is not None
-            return tuple(as_layout({profile.name: profile.max_count}, gpu.mig) for _ in range(per_node))
-        return tuple(() for _ in range(per_node))
-
-    return mig_change(gpu, layouts(before), layouts(after), nodes)
+    gpu, gpus = catalog.gpu(size.gpu), int(size.gpu_count)
+    return mig_change(gpu, _node_layouts(before.mig, gpus, gpu), _node_layouts(after.mig, gpus, gpu), nodes)
 
 
 def mig_change(gpu: Any, before: Sequence[Any], after: Sequence[Any], nodes: tuple[int, int]) -> MigChange:
@@ -277,17 +271,11 @@ def host_group_change(
     mig = None
     if before.mig != after.mig:
         effects.append("drains")
-        if before.gpu_model == after.gpu_model and before.gpus_per_host and after.gpus_per_host == before.gpus_per_host:
-            gpu = catalog.gpu(before.gpu_model) if before.gpu_model else None
-            if gpu is not None and gpu.mig is not None:
-                from gpufleet.mig.outputs import node_layouts
-
-                n = before.gpus_per_host
-
-                def layouts(group: HostGroup) -> tuple[Any, ...]:
-                    return node_layouts(group.mig, n, gpu) if group.mig is not None else tuple(() for _ in range(n))
-
-                mig = mig_change(gpu, layouts(before), layouts(after), (hosts, hosts))
+        n = before.gpus_per_host
+        gpu = catalog.gpu(before.gpu_model) if before.gpu_model else None
+        same_gpus = (after.gpu_model, after.gpus_per_host) == (before.gpu_model, n)
+        if gpu is not None and gpu.mig is not None and n and same_gpus:
+            mig = mig_change(gpu, _node_layouts(before.mig, n, gpu), _node_layouts(after.mig, n, gpu), (hosts, hosts))
     isolation = bool(_tuning(stacks[1], after).get("isolation") or _tuning(stacks[0], before).get("isolation"))
     keys = KERNEL_ARG_KEYS | (KERNEL_ARG_KEYS_WITH_ISOLATION if isolation else frozenset())
     if any(c.key.removeprefix("tuning.").split(".")[0] in keys for c in tuning) or before.gpu_vms != after.gpu_vms:
