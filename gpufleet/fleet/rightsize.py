@@ -602,7 +602,7 @@ def _pool_proposal(
     present = [s for s in series if s.pool == p.name and s.present]
     nodes = sorted({s.node for s in present})
     busy = Counter(s.node for s in present if s.pod is not None)
-    planned = Counter(p for layout in layouts for p, count in layout for _ in range(count))
+    planned = Counter(p.mig.instances_per_node or {})  # the plan's instances per node
     drifted = sorted(
         node for node in nodes if Counter(s.profile for s in present if s.node == node and s.profile) != planned
     )
