@@ -75,7 +75,8 @@ class Workload:
     pool: str
     gpu: str  # the catalog's GPU model
     has: str  # the MIG profile it holds, or "whole GPU"
-    has_gib: float  # usable memory of one of them
+    has_gib: float  # usable memory of one of them (the catalog's)
+    has_gib_measured: float | None  # the framebuffer the exporter reported for them (used + free; None: not reported)
     instances: int  # held at the window's end
     pods: int  # pods seen over the window
     p95_mib: float
@@ -105,6 +106,7 @@ class Workload:
             "proposal": self.proposal,
             "gpu": self.gpu,
             "has_gib": round(self.has_gib, 2),
+            "has_gib_measured": None if self.has_gib_measured is None else round(self.has_gib_measured, 2),
             "max_memory_gb": round(self.max_mib * MIB / GB, 2),
             "need_gib": round(self.need_gib, 2),
             "instances": self.instances,
@@ -353,6 +355,7 @@ class _Acc:
     active_weight: int = 0
     instances: int = 0
     pending: int = 0
+    capacity_mib: float | None = None
 
 
 def workloads(
@@ -376,6 +379,8 @@ def workloads(
             a.active_weight += s.samples
         if s.present:
             a.instances += 1
+        if s.capacity_mib is not None:
+            a.capacity_mib = max(a.capacity_mib or 0.0, s.capacity_mib)
     for (namespace, owner, has), count in pending.items():
         for key, a in acc.items():
             if key[0] == namespace and key[1] == owner and key[3] == has:
@@ -394,6 +399,7 @@ def workloads(
                 gpu=gpu.name,
                 has=has,
                 has_gib=_capacity(gpu, has),
+                has_gib_measured=None if a.capacity_mib is None else a.capacity_mib / 1024,
                 instances=a.instances,
                 pods=len(a.pods),
                 p95_mib=a.p95,

@@ -156,9 +156,8 @@ def measure(
         if progress is not None:
             progress(name)
         answers[name] = prometheus.query(promql, at)
-    by_name = {name: {_key(s.labels): s.value for s in answers[name]} for name in ("p95", "max", "samples")}
-    capacity = {_key(s.labels): s.value for s in answers["capacity"]}
-    activity = {_key(s.labels): s.value for s in answers["activity"]}
+    aggregated = ("p95", "max", "samples", "capacity", "activity")
+    value = {name: {_key(s.labels): s.value for s in answers[name]} for name in aggregated}
     present = {_key(s.labels) for s in answers["now"]}
     labels_of = {_key(s.labels): s.labels for s in answers["max"]}
     dcgm_labels = load_dcgm_catalog().labels
@@ -177,11 +176,11 @@ def measure(
                 namespace=namespace,
                 pod=pod,
                 container=container,
-                p95_mib=by_name["p95"].get(key, by_name["max"][key]),
-                max_mib=by_name["max"][key],
-                samples=int(by_name["samples"].get(key, 0)),
-                capacity_mib=capacity.get(key),
-                engine_active=activity.get(key),
+                p95_mib=value["p95"].get(key, value["max"][key]),
+                max_mib=value["max"][key],
+                samples=int(value["samples"].get(key, 0)),
+                capacity_mib=value["capacity"].get(key),
+                engine_active=value["activity"].get(key),
                 present=key in present,
             )
         )

@@ -63,6 +63,8 @@ def test_the_worked_example_classifies_repacks_and_prices(prometheus: str):
     }
     chat = next(w for w in doc["workloads"] if w["owner"] == "Deployment/chat")
     assert chat["p95_memory_gb"] < 9 and chat["time_slicing_replicas"] == 6  # 8 % busy: six could share a slice
+    # the slice's framebuffer as the exporter reported it (used + free), beside the catalog's usable memory
+    assert chat["has_gib_measured"] == 39.25 == chat["has_gib"]
     assert {w["namespace"] for w in doc["workloads"]} == {"ml-inference", "ml-batch"}
 
     # the pool's figures are the repack's: recomputed here from the catalog and the stack's layout
