@@ -13,7 +13,7 @@ from gpufleet.cli.common import (
     command,
     err,
     group,
-    print_diagnostics,
+    planned_or_exit,
     project_root,
     shown,
     write_output_or_exit,
@@ -39,34 +39,21 @@ def github(
     ledger committed back). Regenerating writes the same bytes; --check says whether the committed ones are current.
     Exit 1 when promotion.yaml or a stack it names is invalid or missing.
     """
-    from gpufleet.catalog import load_catalog
+    from gpufleet.cli.promote import policy_or_exit
     from gpufleet.fleet.ci import CiStack, workflows
-    from gpufleet.fleet.promote import load_policy
-    from gpufleet.plan.build import plan_stack
-    from gpufleet.spec.load import load_stack
 
     project = project_root(root)
-    loaded = load_policy(project)
-    if loaded.policy is None:
-        err.print(f"[red]invalid policy[/red] {shown(loaded.file)}: no workflow written")
-        print_diagnostics(err, loaded.diagnostics, "  ")
-        raise typer.Exit(EXIT_INVALID)
-    catalog = load_catalog()
+    policy = policy_or_exit(project)
     stacks: dict[str, CiStack] = {}
-    for name in loaded.policy.stacks():
+    for name in policy.stacks():
         path = project / f"Pulumi.{name}.yaml"
         if not path.is_file():
             err.print(
                 f"[red]error:[/red] promotion.yaml names stack {shown(name)}, which has no file {shown(path.name)}"
             )
             raise typer.Exit(EXIT_INVALID)
-        stack_loaded = load_stack(path)
-        if stack_loaded.stack is None:
-            err.print(f"[red]invalid stack[/red] {shown(name)}: no workflow written")
-            print_diagnostics(err, stack_loaded.diagnostics, "  ")
-            raise typer.Exit(EXIT_INVALID)
-        stack = stack_loaded.stack
-        cluster = plan_stack(stack, catalog).cluster
+        planned = planned_or_exit(str(path), project, consequence="no workflow written")
+        stack, cluster = planned.stack, planned.plan.cluster
         stacks[name] = CiStack(
             name=name,
             stage=stack.stage,
@@ -75,7 +62,7 @@ def github(
             resource_group=cluster.resource_group if cluster is not None else None,
             cluster=cluster.name if cluster is not None else None,
         )
-    waves = [[f"{s.name}-{region}" for region in wave] for s in loaded.policy.stages for wave in s.waves]
+    waves = [[f"{s.name}-{region}" for region in wave] for s in policy.stages for wave in s.waves]
     files = workflows(stacks, waves, branch)
     directory = output if output.is_absolute() else project / output
     if check:

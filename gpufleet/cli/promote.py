@@ -75,7 +75,8 @@ promote_app = group(
 )
 
 
-def _policy(root: Path) -> Policy:
+def policy_or_exit(root: Path) -> Policy:
+    """The project's promotion.yaml, validated; exit 1 with each error at its line otherwise."""
     from gpufleet.fleet.promote import load_policy
 
     loaded = load_policy(root)
@@ -166,7 +167,7 @@ def promote_to(
     if reason and not force:
         raise usage_error("--reason goes with --force")
     project = project_root(root)
-    policy = _policy(project)
+    policy = policy_or_exit(project)
     prices = priced_catalog_or_exit(project)  # before anything is written: an unusable price table stops here
     _stack_name(target, "TARGET")
     if policy.position(target) is None:
@@ -481,7 +482,7 @@ def promote_status(as_json: JsonOpt = False, root: RootOpt = None) -> None:
     from gpufleet.fleet.promote_ledger import LEDGER_FILE, Ledger, iso, now_utc
 
     project = project_root(root)
-    policy = _policy(project)
+    policy = policy_or_exit(project)
     with _refusing():
         entries = Ledger(project / LEDGER_FILE).entries()
         rows = status(StackFiles.read(project, policy.stacks()), policy, entries, now_utc())
@@ -591,7 +592,7 @@ def promote_repair(
         raise usage_error("--reason goes with --complete")
     project = project_root(root)
     stack = complete or roll_back
-    policy = _policy(project) if stack or (project / POLICY_FILE).is_file() else None  # read once, for both
+    policy = policy_or_exit(project) if stack or (project / POLICY_FILE).is_file() else None  # read once, for both
     with _refusing():
         fixed = Ledger(project / LEDGER_FILE).repair()
         done = _repair_stack(project, policy, stack, "complete" if complete else "roll-back", reason)
